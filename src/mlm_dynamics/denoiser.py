@@ -1,0 +1,257 @@
+"""The one protocol between models and diagnostics.
+
+A :class:`Denoiser` maps token ids ``x`` of shape ``[B, L]`` and positions ``P`` of shape ``[B, K]`` to the
+logits ``l[b, k, :] = logits of x[b, P[b, k]] given x[b] with all K positions of row b masked``, shape ``[B, K, V]``.
+For ``K = 1`` this is the single-site conditional ``p_i(. | x_{-i}) = softmax(l_i)`` that drives Glauber dynamics.
+
+Everything in :mod:`mlm_dynamics` (sampler, coupling, rectangle test, influence, margins) talks to models only
+through :meth:`Denoiser.conditional_logits` and :class:`VocabInfo`.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+
+@dataclass(frozen=True)
+class VocabInfo:
+    """Vocabulary metadata a diagnostic needs.
+
+    Attributes:
+        size: number of logits per position, ``V``.
+        mask_id: id written into masked positions (``None`` for models that mask implicitly, e.g. the toy MRFs).
+        forbidden_ids: ids that must never be proposed (their logits are set to ``-inf`` before sampling).
+        frame_ids: ids that mark structural positions (``[CLS]``, ``[SEP]``, ``[PAD]``); such positions are never
+            resampled.
+        max_length: the longest ``L`` the model accepts (``None`` when unbounded).
+    """
+
+    size: int
+    mask_id: int | None = None
+    forbidden_ids: tuple[int, ...] = field(default_factory=tuple)
+    frame_ids: tuple[int, ...] = field(default_factory=tuple)
+    max_length: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.size < 2:
+            raise ValueError(f"VocabInfo.size must be >= 2, got {self.size}")
+        for name in ("forbidden_ids", "frame_ids"):
+            ids = getattr(self, name)
+            if any(not 0 <= i < self.size for i in ids):
+                raise ValueError(f"VocabInfo.{name} must lie in [0, {self.size}), got {ids}")
+        if len(set(self.forbidden_ids)) >= self.size:
+            raise ValueError("VocabInfo.forbidden_ids forbids every token; nothing could be proposed")
+
+    def allowed_mask(self, device: torch.device | str | None = None) -> Tensor:
+        """Boolean ``[V]``: True for the tokens that may be proposed."""
+        allowed = torch.ones(self.size, dtype=torch.bool, device=device)
+        if self.forbidden_ids:
+            allowed[list(self.forbidden_ids)] = False
+        return allowed
+
+
+class Denoiser(nn.Module, abc.ABC):
+    """Base class: validated access to masked conditionals.
+
+    Subclasses set ``self.vocab`` and implement :meth:`_masked_logits`; callers use :meth:`conditional_logits`,
+    which checks shapes, ranges and the output (NaN/inf logits raise).
+    """
+
+    vocab: VocabInfo
+
+    @abc.abstractmethod
+    def _masked_logits(self, tokens: Tensor, positions: Tensor) -> Tensor:
+        """Logits ``[B, K, V]`` at ``positions`` with those positions masked; inputs already validated."""
+
+    @property
+    def device(self) -> torch.device:
+        for tensor in (*self.parameters(), *self.buffers()):
+            return tensor.device
+        return torch.device("cpu")
+
+    def conditional_logits(self, tokens: Tensor, positions: Tensor) -> Tensor:
+        """Masked conditional logits.
+
+        Args:
+            tokens: ``[B, L]`` integer ids.
+            positions: ``[B]`` or ``[B, K]`` positions in ``[0, L)``, distinct within a row.
+
+        Returns:
+            ``[B, K, V]`` float logits (``[B, 1, V]`` for 1-D ``positions``). Cost: one forward pass of ``B`` rows.
+        """
+        if positions.dim() == 1:
+            positions = positions[:, None]
+        self._validate(tokens, positions)
+        logits = self._masked_logits(tokens, positions)
+        expected = (tokens.shape[0], positions.shape[1], self.vocab.size)
+        if tuple(logits.shape) != expected:
+            raise RuntimeError(f"{type(self).__name__} returned logits of shape {tuple(logits.shape)}, expected {expected}")
+        if not torch.isfinite(logits).all():
+            bad = (~torch.isfinite(logits)).any(-1).nonzero()[:5].tolist()
+            raise FloatingPointError(f"{type(self).__name__} produced NaN/inf logits at (row, slot) {bad}")
+        return logits
+
+    def resampleable_sites(self, tokens: Tensor) -> Tensor:
+        """Positions ``[B, n]`` whose tokens are not frame tokens; every row must have the same count ``n``."""
+        self._validate_tokens(tokens)
+        free = torch.ones_like(tokens, dtype=torch.bool)
+        for frame_id in self.vocab.frame_ids:
+            free &= tokens != frame_id
+        counts = free.sum(1)
+        if (counts != counts[0]).any():
+            raise ValueError(f"tokens: rows have different numbers of resampleable positions {counts.tolist()}; "
+                             "pass explicit sites")
+        if counts[0] == 0:
+            raise ValueError("tokens: no resampleable position (every token is a frame token)")
+        return free.nonzero()[:, 1].reshape(tokens.shape[0], -1)
+
+    def _validate_tokens(self, tokens: Tensor) -> None:
+        if not isinstance(tokens, Tensor) or tokens.dim() != 2 or tokens.dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"tokens must be an integer tensor of shape [B, L], got "
+                             f"{getattr(tokens, 'dtype', type(tokens))} {tuple(getattr(tokens, 'shape', ()))}")
+        if tokens.shape[0] == 0 or tokens.shape[1] == 0:
+            raise ValueError(f"tokens must be non-empty, got shape {tuple(tokens.shape)}")
+        if self.vocab.max_length is not None and tokens.shape[1] > self.vocab.max_length:
+            raise ValueError(f"tokens: sequence length {tokens.shape[1]} exceeds the model's maximum "
+                             f"{self.vocab.max_length} positions")
+        if tokens.min() < 0 or tokens.max() >= self.vocab.size:
+            raise ValueError(f"tokens must lie in [0, {self.vocab.size}), got range "
+                             f"[{int(tokens.min())}, {int(tokens.max())}]")
+
+    def _validate(self, tokens: Tensor, positions: Tensor) -> None:
+        self._validate_tokens(tokens)
+        if positions.dim() != 2 or positions.shape[0] != tokens.shape[0] or positions.dtype != torch.int64:
+            raise ValueError(f"positions must be int64 of shape [B, K] with B = {tokens.shape[0]}, got "
+                             f"{positions.dtype} {tuple(positions.shape)}")
+        if positions.shape[1] == 0:
+            raise ValueError("positions: K must be >= 1")
+        if positions.min() < 0 or positions.max() >= tokens.shape[1]:
+            raise ValueError(f"positions must lie in [0, {tokens.shape[1]}), got range "
+                             f"[{int(positions.min())}, {int(positions.max())}]")
+        if positions.shape[1] > 1:
+            ordered = positions.sort(dim=1).values
+            if (ordered[:, 1:] == ordered[:, :-1]).any():
+                raise ValueError("positions must be distinct within each row")
+
+
+def _mask_positions(tokens: Tensor, positions: Tensor, mask_id: int) -> Tensor:
+    return tokens.scatter(1, positions, mask_id)
+
+
+class FullSequenceDenoiser(Denoiser):
+    """Adapter for any model that returns full-sequence logits ``[B, L, V]`` (e.g. a masked-diffusion denoiser).
+
+    ``model(masked_tokens)`` is called with ``mask_id`` written into the requested positions, and the logits at
+    those positions are gathered. Cost: one forward of ``B`` rows plus the full ``[B, L, V]`` logits the model
+    materialises; prefer :class:`MaskedLMDenoiser` for Hugging Face MLMs, which applies the head only where needed.
+    """
+
+    def __init__(self, model: Callable[[Tensor], Tensor], vocab: VocabInfo) -> None:
+        super().__init__()
+        if vocab.mask_id is None:
+            raise ValueError("vocab.mask_id is required: FullSequenceDenoiser writes it into masked positions")
+        self.model = model
+        self.vocab = vocab
+
+    def _masked_logits(self, tokens: Tensor, positions: Tensor) -> Tensor:
+        logits = self.model(_mask_positions(tokens, positions, self.vocab.mask_id))
+        if logits.dim() != 3 or logits.shape[:2] != tokens.shape:
+            raise RuntimeError(f"model must return [B, L, V] logits, got {tuple(logits.shape)}")
+        return logits.gather(1, positions[..., None].expand(-1, -1, logits.shape[-1])).float()
+
+
+def _bert_head(model: nn.Module) -> Callable[[Tensor], Tensor]:
+    return model.cls
+
+
+def _roberta_head(model: nn.Module) -> Callable[[Tensor], Tensor]:
+    return model.lm_head
+
+
+def _distilbert_head(model: nn.Module) -> Callable[[Tensor], Tensor]:
+    return lambda h: model.vocab_projector(model.vocab_layer_norm(model.activation(model.vocab_transform(h))))
+
+
+def _modernbert_head(model: nn.Module) -> Callable[[Tensor], Tensor]:
+    return lambda h: model.decoder(model.head(h))
+
+
+# The prediction head of each masked-LM family, as it is applied in that family's ``forward`` in transformers.
+_LM_HEADS: dict[str, Callable[[nn.Module], Callable[[Tensor], Tensor]]] = {
+    "bert": _bert_head,
+    "roberta": _roberta_head,
+    "xlm-roberta": _roberta_head,
+    "camembert": _roberta_head,
+    "distilbert": _distilbert_head,
+    "modernbert": _modernbert_head,
+}
+_ROBERTA_FAMILY = ("roberta", "xlm-roberta", "camembert")
+
+
+class MaskedLMDenoiser(Denoiser):
+    """A Hugging Face ``*ForMaskedLM`` model as a :class:`Denoiser`.
+
+    Runs the encoder on the masked input, gathers the hidden states at the requested positions and applies the LM
+    head there only: ``logits = head(encoder(x_masked)[b, P[b, k]])``. Cost: one encoder forward of ``B x L`` plus a
+    head of ``B x K`` rows, instead of the ``B x L x V`` logits ``model(x).logits`` would build.
+
+    Supported families: BERT, RoBERTa (and XLM-R, CamemBERT), DistilBERT, ModernBERT.
+    """
+
+    def __init__(self, model: nn.Module, *, mask_id: int | None, special_ids: Sequence[int] = (),
+                 frame_ids: Sequence[int] = ()) -> None:
+        super().__init__()
+        model_type = getattr(model.config, "model_type", None)
+        if model_type not in _LM_HEADS:
+            raise ValueError(f"model: unsupported masked-LM family {model_type!r}; supported: {sorted(_LM_HEADS)}. "
+                             "Wrap other models with FullSequenceDenoiser.")
+        if mask_id is None:
+            raise ValueError("mask_id: the model/tokenizer defines no mask token, so masked conditionals are undefined")
+        self.model = model.eval()
+        self.encoder = model.base_model
+        self.head = _LM_HEADS[model_type](model)
+        max_length = getattr(model.config, "max_position_embeddings", None)
+        if model_type in _ROBERTA_FAMILY and max_length is not None:
+            max_length -= model.config.pad_token_id + 1  # RoBERTa position ids start after the padding index
+        vocab_size = model.get_output_embeddings().out_features
+        forbidden = sorted({mask_id, *special_ids} & set(range(vocab_size)))
+        self.vocab = VocabInfo(size=vocab_size, mask_id=mask_id, forbidden_ids=tuple(forbidden),
+                               frame_ids=tuple(sorted(set(frame_ids))), max_length=max_length)
+
+    def _masked_logits(self, tokens: Tensor, positions: Tensor) -> Tensor:
+        masked = _mask_positions(tokens.long(), positions, self.vocab.mask_id)
+        hidden = self.encoder(input_ids=masked).last_hidden_state
+        picked = hidden.gather(1, positions[..., None].expand(-1, -1, hidden.shape[-1]))
+        return self.head(picked).float()
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str, *, device: str | torch.device = "cpu",
+                        dtype: torch.dtype = torch.float32) -> tuple[MaskedLMDenoiser, TextCodec]:
+        """Load ``AutoModelForMaskedLM`` and ``AutoTokenizer`` from a hub name or local directory."""
+        from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+        model = AutoModelForMaskedLM.from_pretrained(name_or_path, dtype=dtype)
+        frame = [t for t in (tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id,
+                             tokenizer.bos_token_id, tokenizer.eos_token_id) if t is not None]
+        denoiser = cls(model, mask_id=tokenizer.mask_token_id, special_ids=tokenizer.all_special_ids,
+                       frame_ids=frame).to(device)
+        return denoiser, TextCodec(tokenizer)
+
+
+class TextCodec:
+    """Text <-> ids through a Hugging Face tokenizer (special tokens added on encode, kept out on decode)."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer(text)["input_ids"]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
