@@ -26,6 +26,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
+from .categorical import sample_categorical
 from .denoiser import Denoiser
 
 ScanOrder = Literal["random", "sweep", "sequential"]
@@ -219,8 +220,7 @@ class GlauberSampler(nn.Module):
         if self.greedy:
             new = log_q.argmax(-1)
         else:
-            flat = log_q.exp().flatten(0, 1)
-            new = torch.multinomial(flat, 1, generator=state.generator).view_as(old)
+            new = sample_categorical(log_q.exp().flatten(0, 1), state.generator).view_as(old)
         log_prob = log_q.gather(-1, new[..., None]).squeeze(-1)
         accepted = torch.ones(old.shape[0], dtype=torch.bool, device=old.device)
         if self.energy is not None:
