@@ -7,7 +7,7 @@
 With ``W[j, i] = W[i, j]^T`` (``compatible=True``) these are the conditionals of the Potts/Ising-type joint
 ``pi(x) ~ exp(-E(x))``, ``E(x) = -sum_i h_i[x_i] - sum_{i<j} W[i, j, x_i, x_j]``; conditionals of several masked
 sites are then the exact marginals of the block given the rest (by enumeration of the block). With an asymmetric
-``W`` no joint has these conditionals (the rectangle statistic is the double difference of ``W[i, j] - W[j, i]^T``),
+``W`` no joint has these conditionals (the rectangle statistic is the double difference of ``W[j, i]^T - W[i, j]``),
 and masked sites simply drop out of the sum, as in an MLM.
 """
 

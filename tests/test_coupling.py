@@ -1,0 +1,133 @@
+import math
+
+import pytest
+import torch
+from conftest import chi_square_pvalue
+from scipy.stats import chisquare
+
+from mlm_dynamics import GlauberSampler, PairwiseMRFDenoiser
+from mlm_dynamics.coupling import (CoupledGlauberChains, lagged_meeting_times, maximal_coupling, meeting_times)
+from mlm_dynamics.exact import glauber_transition_matrix, state_index, tv_to_stationarity
+
+N = 200_000
+
+
+def two_laws():
+    p = torch.tensor([0.5, 0.2, 0.2, 0.1, 0.0], dtype=torch.float64)
+    q = torch.tensor([0.1, 0.3, 0.2, 0.0, 0.4], dtype=torch.float64)
+    return p, q
+
+
+def test_maximal_coupling_marginals_and_agreement_probability():
+    p, q = two_laws()
+    x, y = maximal_coupling(p.expand(N, -1), q.expand(N, -1), torch.Generator().manual_seed(0))
+    for draws, law in ((x, p), (y, q)):
+        counts = torch.bincount(draws, minlength=5).double()
+        support = law > 0
+        assert counts[~support].sum() == 0
+        assert chisquare(counts[support].numpy(), (N * law[support]).numpy()).pvalue > 1e-3
+    overlap = 1 - 0.5 * (p - q).abs().sum()  # 1 - TV = 0.5
+    agree = (x == y).double().mean()
+    assert abs(agree - overlap) < 4 * math.sqrt(overlap * (1 - overlap) / N)
+
+
+def test_maximal_coupling_edge_cases():
+    generator = torch.Generator().manual_seed(1)
+    p = torch.softmax(torch.randn(1000, 30), -1)
+    x, y = maximal_coupling(p, p.clone(), generator)
+    assert torch.equal(x, y)
+    disjoint_p = torch.tensor([[0.5, 0.5, 0.0, 0.0]]).expand(1000, -1)
+    disjoint_q = torch.tensor([[0.0, 0.0, 0.3, 0.7]]).expand(1000, -1)
+    x, y = maximal_coupling(disjoint_p, disjoint_q, generator)
+    assert (x < 2).all() and (y >= 2).all()
+    with pytest.raises(ValueError, match="equal-shape"):
+        maximal_coupling(p, p[:, :3], generator)
+
+
+@pytest.fixture(scope="module")
+def mrf():
+    return PairwiseMRFDenoiser.random(4, 3, scale=0.8, seed=2)
+
+
+def test_coupled_chains_have_exact_marginals_and_stay_together(mrf):
+    """Each chain of a coupled pair has the law mu_0 P^t of the single chain (computed exactly)."""
+    pairs, steps = 40_000, 6
+    kernel = glauber_transition_matrix(mrf, 4)
+    x0 = torch.zeros(pairs, 4, dtype=torch.long)
+    y0 = torch.full((pairs, 4), 2)
+    chains = CoupledGlauberChains(GlauberSampler(mrf, 1.0))
+    state = chains.init_state(x0, y0, seed=0)
+    for _ in range(steps):
+        met_before = state.met_at >= 0
+        distance = chains.step(state)
+        assert (distance[met_before] == 0).all()
+    for start, tokens in ((x0, state.x.tokens), (y0, state.y)):
+        law = torch.zeros(81, dtype=torch.float64)
+        law[state_index(start[:1], 3)] = 1.0
+        for _ in range(steps):
+            law = law @ kernel
+        assert chi_square_pvalue(tokens, law, 3) > 1e-3
+    assert ((state.met_at >= 0) == (state.x.tokens == state.y).all(1)).all()
+
+
+def test_meeting_times_bound_tv_between_starts(mrf):
+    """P(T > t) >= TV(P^t(x0, .), P^t(y0, .)) (coupling inequality), and pairs started together meet at 0."""
+    pairs = 4000
+    x0 = torch.zeros(pairs, 4, dtype=torch.long)
+    y0 = torch.full((pairs, 4), 2)
+    result = meeting_times(GlauberSampler(mrf, 1.0), x0, y0, max_steps=400, seed=3)
+    assert result.censored_fraction == 0.0
+    kernel = glauber_transition_matrix(mrf, 4)
+    t_grid = torch.tensor([0, 5, 10, 20, 40])
+    start_x, start_y = torch.zeros(81, dtype=torch.float64), torch.zeros(81, dtype=torch.float64)
+    start_x[0], start_y[-1] = 1.0, 1.0
+    survival = result.survival(t_grid)
+    for t, s in zip(t_grid.tolist(), survival.tolist()):
+        law_x = start_x @ torch.linalg.matrix_power(kernel, t)
+        law_y = start_y @ torch.linalg.matrix_power(kernel, t)
+        assert s + 3 * math.sqrt(max(s * (1 - s), 1e-4) / pairs) >= 0.5 * (law_x - law_y).abs().sum()
+    same = meeting_times(GlauberSampler(mrf, 1.0), x0[:10], x0[:10], max_steps=5, seed=0)
+    assert same.times.tolist() == [0] * 10 and not same.censored.any()
+    censored = meeting_times(GlauberSampler(mrf, 1.0), x0[:50], y0[:50], max_steps=1, seed=0)
+    assert censored.censored.any() and (censored.times[censored.censored] == 1).all()
+    assert math.isinf(censored.quantiles(torch.tensor([1.0]))[0])
+
+
+@pytest.mark.parametrize("lag", [1, 8])
+def test_lagged_coupling_tv_bound_holds_against_exact_tv(mrf, lag):
+    pairs = 3000
+    x0 = torch.zeros(pairs, 4, dtype=torch.long)
+    result = lagged_meeting_times(GlauberSampler(mrf, 1.0), x0, x0.clone(), lag=lag, max_steps=2000, seed=5)
+    assert not result.censored.any() and (result.times >= lag).all()
+    kernel = glauber_transition_matrix(mrf, 4)
+    start = torch.zeros(81, dtype=torch.float64)
+    start[0] = 1.0
+    exact = tv_to_stationarity(kernel, start, 60)
+    t_grid = torch.arange(0, 61, 5)
+    bound = result.tv_upper_bound(t_grid)
+    excess = torch.ceil((result.times.double()[None] - lag - t_grid[:, None]) / lag).clamp_min(0)
+    standard_error = excess.std(1) / math.sqrt(pairs)
+    assert (bound + 3 * standard_error + 1e-9 >= exact[t_grid]).all()
+    assert bound[-1] < 0.1  # informative, not the trivial bound 1
+    assert (bound.diff() <= 1e-12).all()
+
+
+def test_censored_lagged_pairs_give_the_trivial_bound(mrf):
+    x0 = torch.zeros(20, 4, dtype=torch.long)
+    result = lagged_meeting_times(GlauberSampler(mrf, 0.05), x0, torch.full((20, 4), 2), lag=2, max_steps=3, seed=0)
+    assert result.censored.any()
+    assert result.tv_upper_bound(torch.tensor([0]))[0] == 1.0
+
+
+def test_coupling_rejects_unsupported_samplers(mrf):
+    with pytest.raises(ValueError, match="MH correction"):
+        CoupledGlauberChains(GlauberSampler(mrf, energy=mrf.energy))
+    with pytest.raises(ValueError, match="greedy"):
+        CoupledGlauberChains(GlauberSampler(mrf, greedy=True))
+    with pytest.raises(ValueError, match="multiple of the sweep length"):
+        lagged_meeting_times(GlauberSampler(mrf, scan="sweep"), torch.zeros(2, 4, dtype=torch.long),
+                             torch.zeros(2, 4, dtype=torch.long), lag=3, max_steps=5, seed=0)
+    with pytest.raises(ValueError, match="agree outside"):
+        CoupledGlauberChains(GlauberSampler(mrf)).init_state(
+            torch.zeros(2, 4, dtype=torch.long), torch.ones(2, 4, dtype=torch.long), seed=0,
+            sites=torch.tensor([[0, 1], [0, 1]]))
