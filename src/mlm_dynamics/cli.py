@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -16,7 +17,10 @@ from pathlib import Path
 import torch
 
 from .config import build_model, load_config
+from .coupling import CoupledGlauberChains
 from .glauber import GlauberSampler, PseudoLogLikelihoodEnergy
+from .margin import local_margins
+from .rectangle import sample_rectangles
 
 
 def _start_tokens(config: dict, codec) -> torch.Tensor:
@@ -102,13 +106,67 @@ def run_job(config: dict, out_dir: Path) -> dict:
             "final_sequences": [codec.decode(t.tolist()) for t in state.tokens],
         },
     }
+    generator = torch.Generator(device=tokens.device).manual_seed(config["chains"]["seed"] + 1)
+    if config["coupling"]["enabled"]:
+        report["coupling"] = _coupling_section(sampler, start, sites, config["coupling"], generator)
+    if config["rectangle"]["enabled"]:
+        report["rectangle"] = _rectangle_section(denoiser, state.tokens, sites, config, generator)
+    if config["margins"]["enabled"]:
+        report["margins"] = _margin_section(denoiser, start, state.tokens, sites, sampler.temperature)
     (out_dir / "report.json").write_text(json.dumps(report, indent=2))
     return report
 
 
+def _coupling_section(sampler: GlauberSampler, start: torch.Tensor, sites: torch.Tensor, spec: dict,
+                      generator: torch.Generator) -> dict:
+    """Pairs from the first start sequence vs uniformly random tokens on the resampled sites."""
+    pairs = spec["num_pairs"]
+    x0 = start[:1].expand(pairs, -1).clone()
+    allowed = sampler.denoiser.vocab.allowed_mask(start.device).nonzero().squeeze(1)
+    random_tokens = allowed[torch.randint(len(allowed), sites[:pairs].shape, generator=generator,
+                                          device=generator.device).to(start.device)]
+    y0 = x0.scatter(1, sites[:1].expand(pairs, -1), random_tokens)
+    t0 = time.perf_counter()
+    chains = CoupledGlauberChains(sampler)
+    seed = int(torch.randint(2**31, (1,), generator=generator, device=generator.device))
+    state = chains.init_state(x0, y0, seed=seed, sites=sites[:1].expand(pairs, -1))
+    initial_distance = (state.x.tokens != state.y).sum(1)
+    result = chains.run(state, spec["max_steps"])
+    median = float(result.quantiles(torch.tensor([0.5]))[0])
+    grid = torch.linspace(0, spec["max_steps"], 5).long()
+    return {"num_pairs": pairs, "max_steps": spec["max_steps"], "seconds": round(time.perf_counter() - t0, 2),
+            "meeting_times": result.times.tolist(), "censored": result.censored.tolist(),
+            "censored_fraction": result.censored_fraction,
+            "median_meeting_time": median if math.isfinite(median) else None,
+            "hamming_between_pairs": {"start": initial_distance.tolist(),
+                                      "end": (state.x.tokens != state.y).sum(1).tolist()},
+            "tv_bound_between_starts": dict(zip(grid.tolist(), result.survival(grid).tolist()))}
+
+
+def _rectangle_section(denoiser, tokens: torch.Tensor, sites: torch.Tensor, config: dict,
+                       generator: torch.Generator) -> dict:
+    spec = config["rectangle"]
+    result = sample_rectangles(denoiser, tokens, pairs_per_context=spec["pairs_per_context"],
+                               num_tokens=spec["num_tokens"], max_distance=spec["max_distance"],
+                               temperature=config["sampler"]["temperature"], sites=sites, generator=generator)
+    return {"num_rectangles": result.values.numel(), "prevalence": result.prevalence,
+            "abs_r_quantiles": {str(k): v for k, v in result.quantiles().items()},
+            "median_tolerance": float(result.tolerance.median())}
+
+
+def _margin_section(denoiser, start: torch.Tensor, final: torch.Tensor, sites: torch.Tensor, tau: float) -> dict:
+    section = {}
+    for name, tokens in (("start", start), ("final", final)):
+        margins = local_margins(denoiser, tokens, sites=sites)
+        section[name] = {"mean_margin": float(margins.margin.mean()), "min_margin": float(margins.margin.min()),
+                         "mean_change_probability": float(margins.change_probability(tau).mean()),
+                         "step_escape_bound": float(margins.step_escape_bound(tau).mean())}
+    return section
+
+
 def _summary(report: dict) -> str:
     chains = report["chains"]
-    return "\n".join([
+    lines = [
         f"chains: {chains['num_chains']} x {chains['num_steps']} steps on {chains['num_sites']} sites "
         f"({chains['steps_per_second']} steps/s)",
         f"change rate per step: {chains['change_rate']:.3f}; mean log q(proposal): "
@@ -118,7 +176,24 @@ def _summary(report: dict) -> str:
         f"window PLL energy: start {chains['window_pll_energy']['start_mean']:.3f} -> "
         f"end {chains['window_pll_energy']['end_mean']:.3f}",
         f"unique final sequences: {chains['unique_final_sequences']}",
-    ])
+    ]
+    if "coupling" in report:
+        coupling = report["coupling"]
+        median = coupling["median_meeting_time"]
+        lines.append(f"coupled pairs: median meeting time {'> budget' if median is None else median}, "
+                     f"{coupling['censored_fraction']:.2f} censored at {coupling['max_steps']} steps; "
+                     f"pair Hamming distance {coupling['hamming_between_pairs']['start']} -> "
+                     f"{coupling['hamming_between_pairs']['end']}")
+    if "rectangle" in report:
+        rect = report["rectangle"]
+        lines.append(f"rectangle test: {rect['prevalence']:.3f} of {rect['num_rectangles']} rectangles certify "
+                     f"incompatibility; median |R| {rect['abs_r_quantiles']['0.5']:.3f} nats")
+    if "margins" in report:
+        margins = report["margins"]
+        lines.append(f"local margin: start {margins['start']['mean_margin']:.2f}, final "
+                     f"{margins['final']['mean_margin']:.2f} (mean change probability per site update "
+                     f"{margins['final']['mean_change_probability']:.3f})")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:

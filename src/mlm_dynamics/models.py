@@ -77,12 +77,15 @@ def load_antiberty(device: str | torch.device = "cpu", dtype: torch.dtype = torc
     from transformers import BertForMaskedLM
     from transformers.utils import logging as hf_logging
 
-    verbosity = hf_logging.get_verbosity()
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()  # the checkpoint's species/chain/graft heads are expected leftovers
+    hf_logging.disable_progress_bar()
     try:
         model = BertForMaskedLM.from_pretrained(str(antiberty_weights_dir()), dtype=dtype)
     finally:
         hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
     if num_layers is not None:
         if not 1 <= num_layers <= len(model.bert.encoder.layer):
             raise ValueError(f"num_layers must be in [1, {len(model.bert.encoder.layer)}], got {num_layers}")

@@ -1,0 +1,39 @@
+import json
+
+import pytest
+
+from mlm_dynamics.cli import main
+
+
+def test_main_job_writes_a_complete_report(tmp_path, capsys):
+    pytest.importorskip("antiberty")
+    out = tmp_path / "run"
+    code = main(["run", "--config", "configs/antiberty-default.yaml", "--out", str(out),
+                 "--set", "model.num_layers=1", "--set", "chains.num_chains=2", "--set", "run.num_steps=6",
+                 "--set", "run.record_every=3", "--set", "coupling.num_pairs=2", "--set", "coupling.max_steps=4",
+                 "--set", "rectangle.pairs_per_context=1", "--set", "rectangle.num_tokens=2"])
+    assert code == 0
+    report = json.loads((out / "report.json").read_text())
+    chains = report["chains"]
+    assert chains["num_chains"] == 2 and chains["num_sites"] == 16 and chains["num_steps"] == 6
+    assert 0 <= chains["hamming_to_start"]["mean"] <= 6
+    assert sum(chains["site_change_counts"]) <= 12
+    assert all(len(s) == 122 for s in chains["final_sequences"])
+    assert len(report["coupling"]["meeting_times"]) == 2
+    assert report["rectangle"]["num_rectangles"] == 2
+    assert set(report["margins"]) == {"start", "final"}
+    lines = (out / "trajectory.csv").read_text().splitlines()
+    assert lines[0] == "step,chain,hamming_to_start,sequence" and len(lines) == 1 + 2 * 2
+    assert "rectangle test" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("sampler.temperature=0", "temperature must be a finite number > 0"),
+    ("sampler.bogus=1", "unknown key 'sampler.bogus'"),
+    ("chains.window=[5, 500]", "chains.window"),
+    ("model.source=nowhere", "model.source"),
+])
+def test_bad_configuration_exits_with_a_clear_message(tmp_path, capsys, override, message):
+    pytest.importorskip("antiberty")
+    assert main(["run", "--out", str(tmp_path), "--set", override, "--set", "model.num_layers=1"]) == 2
+    assert message in capsys.readouterr().err
