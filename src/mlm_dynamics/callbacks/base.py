@@ -1,0 +1,152 @@
+"""The shared shape of every diagnostic callback: schedule, model access, eval/inference mode, budget, logging, state.
+
+Finding the denoiser: ``denoiser_fn(pl_module)`` when given, else the module's ``denoiser`` attribute (any
+:class:`~mlm_dynamics.Denoiser`, e.g. a :class:`~mlm_dynamics.MaskedLMDenoiser` around the model being trained).
+
+Start states: ``start_tokens`` when given, else the first rows of the latest train/validation/predict batch,
+read by ``batch_to_tokens`` (default: the batch itself if it is a tensor, else ``batch["input_ids"]``).
+
+Schedule: every ``every_n_train_steps`` optimizer steps, at the end of validation, and/or at the end of predict;
+never during the sanity check. Each run happens under ``torch.inference_mode`` with the module in eval mode,
+restoring train mode afterwards, and stops scheduling once ``budget_seconds`` of diagnostics have been spent.
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.utilities import rank_zero_warn
+from torch import Tensor
+
+from ..denoiser import Denoiser
+
+
+def default_batch_to_tokens(batch: Any) -> Tensor:
+    if isinstance(batch, Tensor):
+        return batch
+    if isinstance(batch, dict) and "input_ids" in batch:
+        return batch["input_ids"]
+    raise ValueError("batch_to_tokens: batches are neither token tensors nor dicts with 'input_ids'; "
+                     "pass batch_to_tokens= or start_tokens=")
+
+
+class DiagnosticCallback(Callback, abc.ABC):
+    """Base class; subclasses implement :meth:`measure` and, if stateful, ``extra_state``/``load_extra_state``."""
+
+    def __init__(self, *, every_n_train_steps: int | None = None, on_validation_end: bool = True,
+                 on_predict_end: bool = False, denoiser_fn: Callable[[LightningModule], Denoiser] | None = None,
+                 start_tokens: Tensor | None = None, batch_to_tokens: Callable[[Any], Tensor] = default_batch_to_tokens,
+                 num_starts: int = 4, budget_seconds: float | None = None, seed: int = 0, prefix: str = "") -> None:
+        if every_n_train_steps is not None and every_n_train_steps < 1:
+            raise ValueError(f"every_n_train_steps must be >= 1 or None, got {every_n_train_steps}")
+        if num_starts < 1:
+            raise ValueError(f"num_starts must be >= 1, got {num_starts}")
+        self.every_n_train_steps, self.at_validation_end, self.at_predict_end = (
+            every_n_train_steps, on_validation_end, on_predict_end)
+        self.denoiser_fn, self.start_tokens, self.batch_to_tokens = denoiser_fn, start_tokens, batch_to_tokens
+        self.num_starts, self.budget_seconds, self.prefix = num_starts, budget_seconds, prefix
+        self.generator = torch.Generator().manual_seed(seed)
+        self.latest_tokens: Tensor | None = None
+        self.runs = 0
+        self.seconds_used = 0.0
+        self.last_metrics: dict[str, float] = {}
+
+    @abc.abstractmethod
+    def measure(self, denoiser: Denoiser, starts: Tensor, trainer: Trainer) -> dict[str, float]:
+        """Compute the diagnostics (called in eval + inference mode); returns scalars to log."""
+
+    @property
+    def state_key(self) -> str:
+        return self._generate_state_key(prefix=self.prefix)
+
+    # -- model and data access -------------------------------------------------------------------------------------
+    def denoiser(self, pl_module: LightningModule) -> Denoiser:
+        denoiser = self.denoiser_fn(pl_module) if self.denoiser_fn is not None else getattr(pl_module, "denoiser", None)
+        if not isinstance(denoiser, Denoiser):
+            raise AttributeError(f"{type(self).__name__}: give the LightningModule a 'denoiser' attribute "
+                                 "(an mlm_dynamics.Denoiser) or pass denoiser_fn=")
+        return denoiser
+
+    def _capture(self, batch: Any) -> None:
+        if self.start_tokens is None:
+            self.latest_tokens = self.batch_to_tokens(batch)[: self.num_starts].detach().clone()
+
+    def starts(self, device: torch.device) -> Tensor:
+        tokens = self.start_tokens if self.start_tokens is not None else self.latest_tokens
+        if tokens is None:
+            raise RuntimeError(f"{type(self).__name__}: no start tokens yet (no batch seen and no start_tokens)")
+        return tokens[: self.num_starts].to(device).long()
+
+    # -- hooks -----------------------------------------------------------------------------------------------------
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int) -> None:
+        self._capture(batch)
+        if self.every_n_train_steps and trainer.global_step % self.every_n_train_steps == 0:
+            self._run(trainer, pl_module, "train")
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        if not trainer.sanity_checking:
+            self._capture(batch)
+
+    def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self.at_validation_end and not trainer.sanity_checking:
+            self._run(trainer, pl_module, "validation")
+
+    def on_predict_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        self._capture(batch)
+
+    def on_predict_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self.at_predict_end:
+            self._run(trainer, pl_module, "predict")
+
+    def _run(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        if self.budget_seconds is not None and self.seconds_used >= self.budget_seconds:
+            return
+        denoiser = self.denoiser(pl_module)
+        was_training = pl_module.training
+        pl_module.eval()
+        started = time.perf_counter()
+        try:
+            with torch.inference_mode():
+                metrics = self.measure(denoiser, self.starts(denoiser.device), trainer)
+        finally:
+            pl_module.train(was_training)
+        self.seconds_used += time.perf_counter() - started
+        self.runs += 1
+        if self.budget_seconds is not None and self.seconds_used >= self.budget_seconds:
+            rank_zero_warn(f"{type(self).__name__}: diagnostics budget of {self.budget_seconds}s spent; "
+                           "no further runs")
+        self.last_metrics = metrics
+        self._log(trainer, pl_module, stage, metrics)
+
+    def _log(self, trainer: Trainer, pl_module: LightningModule, stage: str, metrics: dict[str, float]) -> None:
+        if stage == "predict":  # LightningModule.log is not available in predict
+            for logger in trainer.loggers:
+                logger.log_metrics(metrics, step=trainer.global_step)
+            return
+        for name, value in metrics.items():
+            pl_module.log(name, float(value), on_step=stage == "train", on_epoch=stage != "train", batch_size=1)
+
+    # -- state -----------------------------------------------------------------------------------------------------
+    def extra_state(self) -> dict:
+        return {}
+
+    def load_extra_state(self, state: dict) -> None:
+        del state
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"runs": self.runs, "seconds_used": self.seconds_used, "rng": self.generator.get_state(),
+                "latest_tokens": self.latest_tokens, "last_metrics": dict(self.last_metrics), **self.extra_state()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.runs, self.seconds_used = state_dict["runs"], state_dict["seconds_used"]
+        self.generator.set_state(state_dict["rng"])
+        self.latest_tokens, self.last_metrics = state_dict["latest_tokens"], dict(state_dict["last_metrics"])
+        self.load_extra_state(state_dict)
+
+    def next_seed(self) -> int:
+        return int(torch.randint(2**62, (1,), generator=self.generator))

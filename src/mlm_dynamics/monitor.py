@@ -1,0 +1,108 @@
+"""Online monitoring of running chains: drift, traps, basins, topics, Hamming distance; no Lightning needed.
+
+Use it in a plain sampling loop::
+
+    monitor = ChainMonitor(embedder, every=20, loggers=[CSVLogger("logs")])
+    monitor.start(state)
+    for record in sampler.run(state, 1000):
+        monitor.observe(state)            # embeds and logs only every 20 steps
+
+The Lightning callbacks in :mod:`mlm_dynamics.callbacks` drive the same class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from .denoiser import Denoiser
+from .drift import DriftTracker
+from .embedding import Embedder
+from .glauber import ChainState
+from .margin import local_margins
+from .traps import TopicAttraction, TrapTracker
+
+
+class ChainMonitor:
+    """Every ``every`` steps: embed the chains once and update drift, traps and topics; return and log scalars.
+
+    Args:
+        embedder: tokens -> normalised embeddings.
+        every: observation interval in steps (the embedding cost is paid only then).
+        thresholds: drift thresholds whose hitting times are tracked.
+        traps: a :class:`~mlm_dynamics.traps.TrapTracker` (``None`` disables trap detection).
+        topics: a :class:`~mlm_dynamics.traps.TopicAttraction` (``None`` disables it).
+        margin_denoiser: if given, the mean local margin of each chain at observations (``B n`` forward rows each)
+            is logged and attached to traps as evidence.
+        temperature: tau of the chain, for the margin escape bound.
+        loggers: objects with ``log_metrics(dict, step)`` (Lightning loggers work standalone).
+        prefix: metric-name prefix.
+    """
+
+    def __init__(self, embedder: Embedder, *, every: int = 10, thresholds: Sequence[float] = (0.1, 0.2, 0.3),
+                 traps: TrapTracker | None = None, topics: TopicAttraction | None = None,
+                 margin_denoiser: Denoiser | None = None, temperature: float = 1.0, loggers: Sequence = (),
+                 prefix: str = "chains/") -> None:
+        self.drift = DriftTracker(embedder, thresholds=thresholds, every=every)
+        self.embedder, self.traps, self.topics = embedder, traps, topics
+        self.margin_denoiser, self.temperature = margin_denoiser, temperature
+        self.loggers, self.prefix = list(loggers), prefix
+        self.start_tokens: Tensor | None = None
+        self.history: list[dict] = []
+
+    def start(self, state: ChainState) -> None:
+        self.start_tokens = state.tokens.clone()
+        self.drift.start(state.tokens, step=state.step)
+
+    @torch.no_grad()
+    def observe(self, state: ChainState) -> dict[str, float] | None:
+        """Update at ``state.step`` if due; returns the logged scalars (``None`` when not due)."""
+        if self.start_tokens is None:
+            raise RuntimeError("call start(state) before observe")
+        drift = self.drift.observe(state.step, state.tokens)
+        if drift is None:
+            return None
+        p = self.prefix
+        metrics = {f"{p}drift_mean": float(drift.mean()), f"{p}drift_max": float(drift.max()),
+                   f"{p}hamming_to_start": float((state.tokens != self.start_tokens).sum(1).float().mean())}
+        for threshold, hit in zip(self.drift.thresholds.tolist(), self.drift.hit_at):
+            metrics[f"{p}hit_fraction@{threshold:g}"] = float((hit >= 0).float().mean())
+        margin = None
+        if self.margin_denoiser is not None:
+            margins = local_margins(self.margin_denoiser, state.tokens, sites=state.sites)
+            margin = margins.margin.mean(1)
+            metrics[f"{p}margin_mean"] = float(margin.mean())
+            metrics[f"{p}step_escape_bound"] = float(margins.step_escape_bound(self.temperature).mean())
+        if self.traps is not None or self.topics is not None:
+            embeddings = self.drift.latest_embeddings
+            if self.traps is not None:
+                trapped = self.traps.observe(state.step, embeddings, state.tokens, margin)
+                metrics[f"{p}trap_rate"] = float(trapped.float().mean())
+                metrics[f"{p}num_basins"] = float(len(self.traps.basin_visits))
+                metrics[f"{p}recurrent_basins"] = float(len(self.traps.recurrent_basins))
+                dwell = self.traps.dwell_times(include_open=True)
+                if dwell.numel():
+                    metrics[f"{p}dwell_mean"] = float(dwell.mean())
+            if self.topics is not None:
+                self.topics.observe(embeddings)
+                for name, fraction in self.topics.fractions().items():
+                    metrics[f"{p}topic/{name}"] = fraction
+        self.history.append({"step": state.step, **metrics})
+        for logger in self.loggers:
+            logger.log_metrics(metrics, step=state.step)
+        return metrics
+
+    def state_dict(self) -> dict:
+        return {"start_tokens": self.start_tokens, "drift": self.drift.state_dict(), "history": list(self.history),
+                "traps": None if self.traps is None else self.traps.state_dict(),
+                "topics": None if self.topics is None else self.topics.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.start_tokens, self.history = state["start_tokens"], list(state["history"])
+        self.drift.load_state_dict(state["drift"])
+        if self.traps is not None and state["traps"] is not None:
+            self.traps.load_state_dict(state["traps"])
+        if self.topics is not None and state["topics"] is not None:
+            self.topics.load_state_dict(state["topics"])

