@@ -3,7 +3,7 @@ import math
 import lightning as L
 import pytest
 import torch
-from lightning.pytorch.loggers import CSVLogger, WandbLogger
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger, WandbLogger
 from torch.utils.data import DataLoader
 
 from mlm_dynamics import GlauberSampler, PairwiseMRFDenoiser
@@ -24,6 +24,19 @@ def corpus(num=64, length=10, seed=0):
     return torch.cat([torch.ones(num, 1, dtype=torch.long), body, torch.full((num, 1), 2)], 1)
 
 
+def tensorboard_tags(path):
+    """Scalar tags in a TFRecord event file (u64 length, u32 crc, payload, u32 crc per record)."""
+    from tensorboardX.proto.event_pb2 import Event
+
+    data, offset, tags = path.read_bytes(), 0, set()
+    while offset < len(data):
+        length = int.from_bytes(data[offset:offset + 8], "little")
+        event = Event.FromString(data[offset + 12:offset + 12 + length])
+        tags.update(value.tag for value in event.summary.value)
+        offset += 16 + length
+    return tags
+
+
 def callbacks():
     common = dict(every_n_train_steps=2, num_starts=3, seed=0)
     return [MixingDiagnostics(max_steps=15, lag=3, t_values=(0, 6), **common),
@@ -38,7 +51,8 @@ def fit(tmp_path, max_steps, ckpt_path=None, cbs=None):
     module = MaskedDenoiserModule(tiny_bert_denoiser(), lr=3e-3)
     data = corpus()
     cbs = cbs or callbacks()
-    loggers = [CSVLogger(tmp_path, name="csv"), WandbLogger(save_dir=str(tmp_path), offline=True, project="t")]
+    loggers = [CSVLogger(tmp_path, name="csv"), WandbLogger(save_dir=str(tmp_path), offline=True, project="t"),
+               TensorBoardLogger(tmp_path, name="tb")]
     trainer = L.Trainer(max_steps=max_steps, logger=loggers, callbacks=cbs, accelerator="cpu",
                         enable_progress_bar=False, enable_model_summary=False, limit_val_batches=1,
                         val_check_interval=4, num_sanity_val_steps=1, default_root_dir=tmp_path)
@@ -64,7 +78,10 @@ def test_fit_logs_finite_diagnostics_to_every_logger(tmp_path):
     assert module.training
     csv_header = (tmp_path / "csv" / "version_0" / "metrics.csv").read_text().splitlines()[0]
     assert "rectangle/prevalence" in csv_header and "traps/trap_rate" in csv_header
-    assert list((tmp_path / "wandb").glob("offline-run-*"))
+    assert "rectangle/prevalence" in tensorboard_tags(next((tmp_path / "tb" / "version_0").glob("events.out.*")))
+    run_dir = next((tmp_path / "wandb").glob("offline-run-*"))
+    tables = {path.parent.name + "/" + path.name.split("_")[0] for path in run_dir.glob("files/media/table/*/*.json")}
+    assert {"traps/states", "drift/states", "traps/drift"} <= tables  # state tables and trajectory plots
 
 
 def test_resume_restores_callback_state(tmp_path):

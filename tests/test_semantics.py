@@ -140,6 +140,7 @@ def test_chain_monitor_in_a_plain_sampling_loop():
     # strongly coupled Potts at low temperature stays in the all-zero basin: trapped, near the "zeros" topic
     assert last["chains/trap_rate"] == 1.0 and last["chains/topic/zeros"] > 0.9
     assert last["chains/margin_mean"] > 0 and last["chains/step_escape_bound"] < 0.01
+    assert "chains/rhat_hamming" not in logged[2][1] and "chains/rhat_hamming" in logged[3][1]
 
 
 def test_hidden_state_and_sentence_embedders(antiberty):

@@ -22,11 +22,16 @@ from .drift import DriftTracker
 from .embedding import Embedder
 from .glauber import ChainState
 from .margin import local_margins
+from .stats import effective_sample_size, split_rhat
 from .traps import TopicAttraction, TrapTracker
 
 
 class ChainMonitor:
     """Every ``every`` steps: embed the chains once and update drift, traps and topics; return and log scalars.
+
+    From the fourth observation on, the rank-normalised split R-hat and bulk ESS of two scalar projections across
+    chains (drift and Hamming distance to start) are logged as well: chains from different starts that have not
+    forgotten them show R-hat well above 1.
 
     Args:
         embedder: tokens -> normalised embeddings.
@@ -51,6 +56,7 @@ class ChainMonitor:
         self.loggers, self.prefix = list(loggers), prefix
         self.start_tokens: Tensor | None = None
         self.history: list[dict] = []
+        self.projections: dict[str, list[Tensor]] = {"drift": [], "hamming": []}
 
     def start(self, state: ChainState) -> None:
         self.start_tokens = state.tokens.clone()
@@ -65,8 +71,16 @@ class ChainMonitor:
         if drift is None:
             return None
         p = self.prefix
+        hamming = (state.tokens != self.start_tokens).sum(1).double()
         metrics = {f"{p}drift_mean": float(drift.mean()), f"{p}drift_max": float(drift.max()),
-                   f"{p}hamming_to_start": float((state.tokens != self.start_tokens).sum(1).float().mean())}
+                   f"{p}hamming_to_start": float(hamming.mean())}
+        self.projections["drift"].append(drift.double().cpu())
+        self.projections["hamming"].append(hamming.cpu())
+        if len(self.projections["drift"]) >= 4 and state.tokens.shape[0] > 1:
+            for name, values in self.projections.items():
+                draws = torch.stack(values, 1)  # [B, observations]
+                metrics[f"{p}rhat_{name}"] = split_rhat(draws)
+                metrics[f"{p}ess_{name}"] = effective_sample_size(draws)
         for threshold, hit in zip(self.drift.thresholds.tolist(), self.drift.hit_at):
             metrics[f"{p}hit_fraction@{threshold:g}"] = float((hit >= 0).float().mean())
         margin = None
@@ -96,11 +110,13 @@ class ChainMonitor:
 
     def state_dict(self) -> dict:
         return {"start_tokens": self.start_tokens, "drift": self.drift.state_dict(), "history": list(self.history),
+                "projections": {k: list(v) for k, v in self.projections.items()},
                 "traps": None if self.traps is None else self.traps.state_dict(),
                 "topics": None if self.topics is None else self.topics.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         self.start_tokens, self.history = state["start_tokens"], list(state["history"])
+        self.projections = {k: list(v) for k, v in state["projections"].items()}
         self.drift.load_state_dict(state["drift"])
         if self.traps is not None and state["traps"] is not None:
             self.traps.load_state_dict(state["traps"])

@@ -129,7 +129,8 @@ class DiagnosticCallback(Callback, abc.ABC):
                 logger.log_metrics(metrics, step=trainer.global_step)
             return
         for name, value in metrics.items():
-            pl_module.log(name, float(value), on_step=stage == "train", on_epoch=stage != "train", batch_size=1)
+            pl_module.log(name, float(value), on_step=stage == "train", on_epoch=stage != "train", batch_size=1,
+                          sync_dist=True)
 
     # -- state -----------------------------------------------------------------------------------------------------
     def extra_state(self) -> dict:

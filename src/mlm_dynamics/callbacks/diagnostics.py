@@ -156,6 +156,7 @@ class _PersistentChains(DiagnosticCallback):
         return metrics
 
     def _log_table(self, trainer: Trainer) -> None:
+        """W&B only: a table of the current chain states and a line plot of each chain's drift so far."""
         wandb_loggers = [logger for logger in trainer.loggers if isinstance(logger, WandbLogger)]
         if not wandb_loggers:
             return
@@ -164,9 +165,19 @@ class _PersistentChains(DiagnosticCallback):
         for chain, tokens in enumerate(self.chain_state.tokens[: self.table_rows].tolist()):
             text = self.codec.decode(tokens) if self.codec is not None else " ".join(map(str, tokens))
             rows.append([self.chain_state.step, chain, float(drift[chain]), text])
+        key = f"{self.prefix}{self.monitor_prefix}"
+        steps = [entry["step"] for entry in self.monitor.history]
+        trajectories = torch.stack(self.monitor.projections["drift"], 1)[: self.table_rows] if steps else None
         for logger in wandb_loggers:
-            logger.log_table(key=f"{self.prefix}{self.monitor_prefix}states", columns=["step", "chain", "drift", "state"],
-                             data=rows, step=trainer.global_step)
+            logger.log_table(key=f"{key}states", columns=["step", "chain", "drift", "state"], data=rows,
+                             step=trainer.global_step)
+            if trajectories is not None:
+                import wandb
+
+                plot = wandb.plot.line_series(xs=steps, ys=trajectories.tolist(),
+                                              keys=[f"chain {c}" for c in range(len(trajectories))],
+                                              title=f"{key}drift trajectories", xname="chain step")
+                logger.experiment.log({f"{key}drift_trajectories": plot, "trainer/global_step": trainer.global_step})
 
     def extra_state(self) -> dict:
         if self.monitor is None:
