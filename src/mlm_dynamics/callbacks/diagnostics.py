@@ -91,7 +91,9 @@ class InfluenceProbe(DiagnosticCallback):
     """Influence coefficients on the first ``max_sites`` sites of the batch's sequences, over a temperature grid.
 
     Logs the Dobrushin coefficient per temperature, the grid and sensitivity estimates of tau*, and the implied
-    mixing-time bound. Cost per run: ``num_starts * n (1 + replacements (n - 1))`` forward rows, n = ``max_sites``.
+    mixing-time bound. The sums run over the probed sites only, so with ``max_sites`` below the sequence length they
+    are lower estimates of the full Dobrushin sums (and tau*, the bound, optimistic). Cost per run:
+    ``num_starts * n (1 + replacements (n - 1))`` forward rows, n = ``max_sites``.
     """
 
     def __init__(self, *, temperatures: Sequence[float] = (0.5, 1.0, 2.0), max_sites: int = 8,
