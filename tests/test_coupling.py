@@ -107,7 +107,8 @@ def test_lagged_coupling_tv_bound_holds_against_exact_tv(mrf, lag):
     bound = result.tv_upper_bound(t_grid)
     excess = torch.ceil((result.times.double()[None] - lag - t_grid[:, None]) / lag).clamp_min(0)
     standard_error = excess.std(1) / math.sqrt(pairs)
-    assert (bound + 3 * standard_error + 1e-9 >= exact[t_grid]).all()
+    # 3 standard errors, plus the rule of three (3 / N) for tails where no pair contributes
+    assert (bound + 3 * standard_error + 3 / pairs >= exact[t_grid]).all()
     assert bound[-1] < 0.1  # informative, not the trivial bound 1
     assert (bound.diff() <= 1e-12).all()
 

@@ -155,12 +155,14 @@ class CoupledGlauberChains:
         row_positions = torch.cat([positions, positions[active]])
         probs = sampler.log_probs(sampler.denoiser.conditional_logits(rows, row_positions)).exp()
         p, q = probs[: len(positions)], probs[len(positions):]
-        new_x = sample_categorical(p.flatten(0, 1), chains.generator).view_as(positions)
+        met = state.met_at >= 0
+        new_x = torch.empty_like(positions)
+        if met.any():
+            new_x[met] = sample_categorical(p[met].flatten(0, 1), chains.generator).view(int(met.sum()), -1)
         if len(active):
             coupled_x, coupled_y = maximal_coupling(p[active].flatten(0, 1), q.flatten(0, 1), chains.generator)
             new_x[active] = coupled_x.view(len(active), -1)
         chains.tokens.scatter_(1, positions, new_x)
-        met = state.met_at >= 0
         state.y[met] = chains.tokens[met]  # met pairs move together
         if len(active):
             state.y[active] = state.y[active].scatter(1, positions[active], coupled_y.view(len(active), -1))
