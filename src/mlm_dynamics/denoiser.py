@@ -96,6 +96,13 @@ class Denoiser(nn.Module, abc.ABC):
             raise FloatingPointError(f"{type(self).__name__} produced NaN/inf logits at (row, slot) {bad}")
         return logits
 
+    def chunked_conditional_logits(self, tokens: Tensor, positions: Tensor, chunk_size: int = 256) -> Tensor:
+        """:meth:`conditional_logits` over many rows, ``chunk_size`` rows per forward pass (bounded memory)."""
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+        return torch.cat([self.conditional_logits(tokens[s:s + chunk_size], positions[s:s + chunk_size])
+                          for s in range(0, tokens.shape[0], chunk_size)])
+
     def resampleable_sites(self, tokens: Tensor) -> Tensor:
         """Positions ``[B, n]`` whose tokens are not frame tokens; every row must have the same count ``n``."""
         self._validate_tokens(tokens)

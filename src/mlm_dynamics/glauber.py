@@ -282,10 +282,6 @@ class PseudoLogLikelihoodEnergy:
         rows = tokens.repeat_interleave(n, 0)
         positions = sites.reshape(-1, 1)
         allowed = self.denoiser.vocab.allowed_mask(tokens.device)
-        terms = []
-        for start in range(0, rows.shape[0], self.chunk_size):
-            chunk = slice(start, start + self.chunk_size)
-            logits = self.denoiser.conditional_logits(rows[chunk], positions[chunk])[:, 0]
-            log_p = logits.masked_fill(~allowed, -math.inf).log_softmax(-1)
-            terms.append(log_p.gather(1, rows[chunk].gather(1, positions[chunk])).squeeze(1))
-        return -torch.cat(terms).view(batch, n).sum(1)
+        logits = self.denoiser.chunked_conditional_logits(rows, positions, self.chunk_size)[:, 0]
+        log_p = logits.masked_fill(~allowed, -math.inf).log_softmax(-1)
+        return -log_p.gather(1, rows.gather(1, positions)).view(batch, n).sum(1)

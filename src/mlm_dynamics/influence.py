@@ -119,8 +119,8 @@ def estimate_influence(denoiser: Denoiser, contexts: Tensor, *, temperatures: Se
     tokens, or all of them when ``None``), compares the conditionals at every other site i under ``x`` and
     ``x[j <- b]``, at every temperature of the grid.
 
-    Cost: ``C n (1 + R (n - 1))`` forward rows (R replacements, n sites), ``chunk_size`` at a time; memory holds one
-    chunk's logits at a time.
+    Cost: ``C n (1 + R (n - 1))`` forward rows (R replacements, n sites), ``chunk_size`` rows per forward; memory
+    holds the logits of one (context, site j) group at a time, ``R (n - 1) x V``.
     """
     temps = torch.tensor(list(temperatures), dtype=torch.float64)
     if len(temps) == 0 or not (temps > 0).all() or not torch.isfinite(temps).all():
@@ -141,8 +141,7 @@ def estimate_influence(denoiser: Denoiser, contexts: Tensor, *, temperatures: Se
     generator = generator or torch.Generator(device=device).manual_seed(0)
 
     def site_logits(rows: Tensor, positions: Tensor) -> Tensor:
-        return torch.cat([denoiser.conditional_logits(rows[s:s + chunk_size], positions[s:s + chunk_size])[:, 0]
-                          for s in range(0, len(rows), chunk_size)]).double()
+        return denoiser.chunked_conditional_logits(rows, positions, chunk_size)[:, 0].double()
 
     for context in contexts:
         base = site_logits(context.expand(n, -1), sites[:, None])  # [n, V], row i = l_i(x)

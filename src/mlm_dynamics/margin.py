@@ -69,8 +69,7 @@ def local_margins(denoiser: Denoiser, tokens: Tensor, *, sites: Tensor | None = 
     batch, n = sites.shape
     rows = tokens.repeat_interleave(n, 0)
     positions = sites.reshape(-1, 1)
-    logits = torch.cat([denoiser.conditional_logits(rows[s:s + chunk_size], positions[s:s + chunk_size])[:, 0]
-                        for s in range(0, len(rows), chunk_size)]).double().view(batch, n, -1)
+    logits = denoiser.chunked_conditional_logits(rows, positions, chunk_size)[:, 0].double().view(batch, n, -1)
     allowed = denoiser.vocab.allowed_mask(tokens.device)
     logits = logits.masked_fill(~allowed, -math.inf)
     current = tokens.gather(1, sites)

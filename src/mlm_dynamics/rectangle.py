@@ -28,11 +28,6 @@ from torch import Tensor
 from .denoiser import Denoiser
 
 
-def _batched_logits(denoiser: Denoiser, rows: Tensor, positions: Tensor, chunk_size: int) -> Tensor:
-    return torch.cat([denoiser.conditional_logits(rows[s:s + chunk_size], positions[s:s + chunk_size])[:, 0]
-                      for s in range(0, rows.shape[0], chunk_size)])
-
-
 @torch.no_grad()
 def rectangle_grid(denoiser: Denoiser, contexts: Tensor, i: Tensor, j: Tensor, tokens_i: Tensor, tokens_j: Tensor,
                    *, temperature: float = 1.0, chunk_size: int = 256) -> Tensor:
@@ -63,7 +58,7 @@ def rectangle_grid(denoiser: Denoiser, contexts: Tensor, i: Tensor, j: Tensor, t
                                                               tokens_i[..., None])
     rows = torch.cat([with_b.flatten(0, 1), with_a.flatten(0, 1)])
     positions = torch.cat([i.repeat_interleave(num_b), j.repeat_interleave(num_a)])[:, None]
-    logits = _batched_logits(denoiser, rows, positions, chunk_size).double()
+    logits = denoiser.chunked_conditional_logits(rows, positions, chunk_size)[:, 0].double()
     logits_i = logits[: num_contexts * num_b].view(num_contexts, num_b, -1)  # l_i^(b)
     logits_j = logits[num_contexts * num_b:].view(num_contexts, num_a, -1)  # l_j^(a)
     at_i = logits_i.gather(2, tokens_i[:, None, :].expand(-1, num_b, -1))  # [C, b, a] = l_i^(b)[a]
@@ -142,13 +137,13 @@ def sample_rectangles(denoiser: Denoiser, contexts: Tensor, *, pairs_per_context
     device = contexts.device
     i, j = torch.tensor(pair_i, device=device), torch.tensor(pair_j, device=device)
     rows = contexts[torch.tensor(owners, device=device)]
-    base = _batched_logits(denoiser, torch.cat([rows, rows]), torch.cat([i, j])[:, None], chunk_size)
+    base = denoiser.chunked_conditional_logits(torch.cat([rows, rows]), torch.cat([i, j])[:, None], chunk_size)[:, 0]
     base = base.masked_fill(~allowed, -math.inf)
     if token_choice == "topk":
         tokens_i, tokens_j = base.topk(num_tokens, dim=-1).indices.chunk(2)
     else:
-        weights = allowed.double().expand(2 * len(i), -1)
-        tokens_i, tokens_j = torch.multinomial(weights, num_tokens, generator=generator).chunk(2)
+        weights = allowed.double().to(generator.device).expand(2 * len(i), -1)
+        tokens_i, tokens_j = torch.multinomial(weights, num_tokens, generator=generator).to(device).chunk(2)
     grid = rectangle_grid(denoiser, rows, i, j, tokens_i, tokens_j, temperature=temperature, chunk_size=chunk_size)
     upper_a = torch.triu_indices(num_tokens, num_tokens, 1, device=device)
     values = grid[:, upper_a[0], upper_a[1]][:, :, upper_a[0], upper_a[1]].flatten(1)  # [P, pairs_a * pairs_b]
