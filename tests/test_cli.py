@@ -11,7 +11,8 @@ def test_main_job_writes_a_complete_report(tmp_path, capsys):
     code = main(["run", "--config", "configs/antiberty-default.yaml", "--out", str(out),
                  "--set", "model.num_layers=1", "--set", "chains.num_chains=2", "--set", "run.num_steps=6",
                  "--set", "run.record_every=3", "--set", "coupling.num_pairs=2", "--set", "coupling.max_steps=4",
-                 "--set", "rectangle.pairs_per_context=1", "--set", "rectangle.num_tokens=2"])
+                 "--set", "rectangle.pairs_per_context=1", "--set", "rectangle.num_tokens=2",
+                 "--set", "influence.max_sites=3", "--set", "influence.temperatures=[1.0]"])
     assert code == 0
     report = json.loads((out / "report.json").read_text())
     chains = report["chains"]
@@ -22,6 +23,7 @@ def test_main_job_writes_a_complete_report(tmp_path, capsys):
     assert len(report["coupling"]["meeting_times"]) == 2
     assert report["rectangle"]["num_rectangles"] == 2
     assert set(report["margins"]) == {"start", "final"}
+    assert len(report["influence"]["dobrushin"]) == 1 and report["influence"]["sites"] == [94, 95, 96]
     lines = (out / "trajectory.csv").read_text().splitlines()
     assert lines[0] == "step,chain,hamming_to_start,sequence" and len(lines) == 1 + 2 * 2
     assert "rectangle test" in capsys.readouterr().out

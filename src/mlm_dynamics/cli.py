@@ -19,6 +19,7 @@ import torch
 from .config import build_model, load_config
 from .coupling import CoupledGlauberChains
 from .glauber import GlauberSampler, PseudoLogLikelihoodEnergy
+from .influence import estimate_influence, mixing_time_bound
 from .margin import local_margins
 from .rectangle import sample_rectangles
 
@@ -113,6 +114,8 @@ def run_job(config: dict, out_dir: Path) -> dict:
         report["rectangle"] = _rectangle_section(denoiser, state.tokens, sites, config, generator)
     if config["margins"]["enabled"]:
         report["margins"] = _margin_section(denoiser, start, state.tokens, sites, sampler.temperature)
+    if config["influence"]["enabled"]:
+        report["influence"] = _influence_section(denoiser, state.tokens, sites, config["influence"], generator)
     (out_dir / "report.json").write_text(json.dumps(report, indent=2))
     return report
 
@@ -154,6 +157,21 @@ def _rectangle_section(denoiser, tokens: torch.Tensor, sites: torch.Tensor, conf
             "median_tolerance": float(result.tolerance.median())}
 
 
+def _influence_section(denoiser, tokens: torch.Tensor, sites: torch.Tensor, spec: dict,
+                       generator: torch.Generator) -> dict:
+    """Influence among the first ``max_sites`` resampled sites (sums over those sites only: lower estimates)."""
+    probed = sites[0, : spec["max_sites"]]
+    estimate = estimate_influence(denoiser, tokens[: spec["num_contexts"]], temperatures=spec["temperatures"],
+                                  sites=probed, replacements=spec["replacements"], generator=generator)
+    tau_star = estimate.contraction_temperature()
+    return {"sites": probed.tolist(), "temperatures": estimate.temperatures.tolist(),
+            "dobrushin": estimate.dobrushin.tolist(), "row_sum_max": estimate.row_sums.amax(1).tolist(),
+            "tau_star": tau_star if math.isfinite(tau_star) else None,
+            "tau_star_sensitivity_bound": estimate.sensitivity_temperature(),
+            "mixing_time_bound": [b if math.isfinite(b) else None
+                                  for b in mixing_time_bound(estimate.dobrushin, len(probed)).tolist()]}
+
+
 def _margin_section(denoiser, start: torch.Tensor, final: torch.Tensor, sites: torch.Tensor, tau: float) -> dict:
     section = {}
     for name, tokens in (("start", start), ("final", final)):
@@ -193,6 +211,10 @@ def _summary(report: dict) -> str:
         lines.append(f"local margin: start {margins['start']['mean_margin']:.2f}, final "
                      f"{margins['final']['mean_margin']:.2f} (mean change probability per site update "
                      f"{margins['final']['mean_change_probability']:.3f})")
+    if "influence" in report:
+        influence = report["influence"]
+        pairs = ", ".join(f"tau={t:g}: {a:.2f}" for t, a in zip(influence["temperatures"], influence["dobrushin"]))
+        lines.append(f"Dobrushin coefficient on {len(influence['sites'])} sites: {pairs}")
     return "\n".join(lines)
 
 

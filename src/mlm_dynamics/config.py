@@ -19,6 +19,8 @@ DEFAULTS: dict[str, Any] = {
     "coupling": {"enabled": True, "num_pairs": 4, "max_steps": 200},
     "rectangle": {"enabled": True, "pairs_per_context": 4, "num_tokens": 4, "max_distance": None},
     "margins": {"enabled": True},
+    "influence": {"enabled": False, "num_contexts": 1, "max_sites": 8, "replacements": 1,
+                  "temperatures": [0.5, 1.0, 2.0, 4.0]},
 }
 
 
