@@ -166,10 +166,11 @@ class GlauberSampler(nn.Module):
                                   top_p=self.top_p, dtype=self.sampling_dtype)
 
     def init_state(self, tokens: Tensor, *, seed: int, sites: Tensor | None = None) -> ChainState:
-        """Start chains at ``tokens [B, L]``; ``sites [B, n]`` defaults to the non-frame positions."""
+        """Start chains at ``tokens [B, L]``; ``sites [B, n]`` (kept sorted) defaults to the non-frame positions."""
         tokens = tokens.to(self.denoiser.device).long().clone()
         sites = self.denoiser.resampleable_sites(tokens) if sites is None else sites.to(tokens.device).long()
         self._check_sites(tokens, sites)
+        sites = sites.sort(1).values  # sequential scans visit positions left to right
         generator = torch.Generator(device=tokens.device)
         generator.manual_seed(seed)
         state = ChainState(tokens=tokens, sites=sites, generator=generator)

@@ -49,7 +49,7 @@ class MixingDiagnostics(DiagnosticCallback):
         sites = denoiser.resampleable_sites(starts)
         y0 = _random_restart(denoiser, starts, sites, self.generator)
         result = chains.run(chains.init_state(starts, y0, seed=self.next_seed(), sites=sites), self.max_steps)
-        self.meeting.reset()
+        self.meeting.to(starts.device).reset()  # states on the model's device, so DDP can gather them
         self.meeting.update(result)
         p = f"{self.prefix}mixing/"
         metrics = {f"{p}meeting_{k}" if k != "coalesced" else f"{p}coalesced": float(v)
@@ -58,7 +58,7 @@ class MixingDiagnostics(DiagnosticCallback):
             partners = starts.roll(1, 0)
             lagged = lagged_meeting_times(sampler, starts, partners, lag=self.lag, max_steps=self.max_steps,
                                           seed=self.next_seed(), sites=sites)
-            self.tv_bound.reset()
+            self.tv_bound.to(starts.device).reset()
             self.tv_bound.update(lagged)
             for t, bound in zip(self.t_values, self.tv_bound.compute().tolist()):
                 metrics[f"{p}tv_bound@{t}"] = bound
@@ -82,7 +82,7 @@ class RectangleTest(DiagnosticCallback):
         report = sample_rectangles(denoiser, starts, pairs_per_context=self.pairs_per_context,
                                    num_tokens=self.num_tokens, max_distance=self.max_distance,
                                    temperature=self.temperature, generator=self.generator)
-        self.prevalence.reset()
+        self.prevalence.to(starts.device).reset()
         self.prevalence.update(report.values, report.tolerance)
         return {f"{self.prefix}rectangle/{k}": float(v) for k, v in self.prevalence.compute().items()}
 
