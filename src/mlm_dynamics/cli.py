@@ -18,7 +18,7 @@ import torch
 
 from .config import build_model, load_config
 from .coupling import CoupledGlauberChains
-from .glauber import GlauberSampler, PseudoLogLikelihoodEnergy
+from .glauber import ChainState, GlauberSampler, PseudoLogLikelihoodEnergy
 from .influence import estimate_influence, mixing_time_bound
 from .margin import local_margins
 from .rectangle import sample_rectangles
@@ -52,8 +52,18 @@ def _window_sites(denoiser, tokens: torch.Tensor, window) -> torch.Tensor:
     return sites[:, window[0]:window[1]]
 
 
-def run_job(config: dict, out_dir: Path) -> dict:
-    """Run the chains described by ``config``; write and return the report."""
+def _resumable(config: dict) -> dict:
+    """The parts of a config a resumed run must share with the checkpoint (everything but the step budget)."""
+    return {key: value for key, value in config.items() if key not in ("run", "coupling", "rectangle", "margins",
+                                                                        "influence")}
+
+
+def run_job(config: dict, out_dir: Path, *, resume: bool = False) -> dict:
+    """Run the chains described by ``config``; write and return the report.
+
+    With ``run.checkpoint_every`` the chains and the report's accumulators are saved to ``out_dir/checkpoint.pt``;
+    ``resume=True`` continues from there (bit-identically) up to ``run.num_steps``.
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     denoiser, codec = build_model(config["model"])
@@ -67,22 +77,36 @@ def run_job(config: dict, out_dir: Path) -> dict:
     start_energy = pll(start)
 
     num_steps, record_every = config["run"]["num_steps"], config["run"]["record_every"]
-    changes = torch.zeros(sites.shape, dtype=torch.long, device=tokens.device)
-    changed_steps = torch.zeros(tokens.shape[0], device=tokens.device)
-    log_prob_sum = 0.0
-    rows = []
+    checkpoint_every, checkpoint_path = config["run"]["checkpoint_every"], out_dir / "checkpoint.pt"
+    progress = {"changes": torch.zeros(sites.shape, dtype=torch.long, device=tokens.device),
+                "changed_steps": torch.zeros(tokens.shape[0], device=tokens.device), "log_prob_sum": 0.0,
+                "rows": []}
+    if resume:
+        if not checkpoint_path.exists():
+            raise ValueError(f"--resume: no checkpoint at {checkpoint_path}")
+        saved = torch.load(checkpoint_path, weights_only=False, map_location=tokens.device)
+        if saved["config"] != _resumable(config):
+            raise ValueError("--resume: the model, chains or sampler config differs from the checkpoint's")
+        state, progress = ChainState.from_state_dict(saved["chains"]), saved["progress"]
+        if state.step > num_steps:
+            raise ValueError(f"run.num_steps {num_steps} is below the checkpoint's step {state.step}")
+    rows = progress["rows"]
+    first_step = state.step
     t1 = time.perf_counter()
-    for record in sampler.run(state, num_steps):
+    for record in sampler.run(state, num_steps - state.step):
         moved = record.new_tokens != record.old_tokens
-        changed_steps += moved.any(1).float()
-        log_prob_sum += float(record.log_prob.mean())
+        progress["changed_steps"] += moved.any(1).float()
+        progress["log_prob_sum"] += float(record.log_prob.mean())
         slot = (sites[:, :, None] == record.positions[:, None, :]) & moved[:, None, :]
-        changes += slot.any(2).long()
+        progress["changes"] += slot.any(2).long()
         if record.step % record_every == 0 or record.step == num_steps:
             hamming = (state.tokens != start).sum(1)
             for chain in range(tokens.shape[0]):
                 rows.append({"step": record.step, "chain": chain, "hamming_to_start": int(hamming[chain]),
                              "sequence": codec.decode(state.tokens[chain].tolist())})
+        if checkpoint_every and (record.step % checkpoint_every == 0 or record.step == num_steps):
+            torch.save({"config": _resumable(config), "chains": state.state_dict(), "progress": progress},
+                       checkpoint_path)
     chain_seconds = time.perf_counter() - t1
     end_energy = pll(state.tokens)
 
@@ -97,11 +121,11 @@ def run_job(config: dict, out_dir: Path) -> dict:
                   "load_seconds": round(load_seconds, 2)},
         "chains": {
             "num_chains": tokens.shape[0], "num_sites": sites.shape[1], "num_steps": num_steps,
-            "steps_per_second": round(num_steps / chain_seconds, 3),
-            "change_rate": float(changed_steps.mean() / max(num_steps, 1)),
-            "mean_log_prob_of_proposal": log_prob_sum / max(num_steps, 1),
+            "steps_per_second": round((num_steps - first_step) / max(chain_seconds, 1e-9), 3),
+            "change_rate": float(progress["changed_steps"].mean() / max(num_steps, 1)),
+            "mean_log_prob_of_proposal": progress["log_prob_sum"] / max(num_steps, 1),
             "hamming_to_start": {"mean": float(hamming.mean()), "max": int(hamming.max())},
-            "site_change_counts": changes.sum(0).tolist(),
+            "site_change_counts": progress["changes"].sum(0).tolist(),
             "window_pll_energy": {"start_mean": float(start_energy.mean()), "end_mean": float(end_energy.mean())},
             "unique_final_sequences": len({r["sequence"] for r in rows if r["step"] == num_steps}),
             "final_sequences": [codec.decode(t.tolist()) for t in state.tokens],
@@ -224,13 +248,14 @@ def main(argv: list[str] | None = None) -> int:
     run = commands.add_parser("run", help="run Glauber chains and write a mixing report")
     run.add_argument("--config", type=Path, default=None, help="YAML config (defaults: the bundled antiberty)")
     run.add_argument("--out", type=Path, default=Path("runs/default"), help="output directory")
+    run.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt (run.checkpoint_every)")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="override a config value, e.g. --set sampler.temperature=0.5")
     args = parser.parse_args(argv)
     torch.set_num_threads(min(torch.get_num_threads(), 16))
     try:
         config = load_config(args.config, args.overrides)
-        report = run_job(config, args.out)
+        report = run_job(config, args.out, resume=args.resume)
     except (ValueError, ModuleNotFoundError) as error:
         print(f"mlm-dynamics: error: {error}", file=sys.stderr)
         return 2

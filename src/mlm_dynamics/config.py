@@ -15,7 +15,7 @@ DEFAULTS: dict[str, Any] = {
     "model": {"source": "antiberty", "name_or_path": None, "num_layers": None, "device": "cpu"},
     "chains": {"sequences": None, "num_chains": 8, "window": None, "seed": 0},
     "sampler": {"temperature": 1.0, "scan": "random", "block_size": 1, "top_k": None, "top_p": None},
-    "run": {"num_steps": 200, "record_every": 10},
+    "run": {"num_steps": 200, "record_every": 10, "checkpoint_every": None},
     "coupling": {"enabled": True, "num_pairs": 4, "max_steps": 200},
     "rectangle": {"enabled": True, "pairs_per_context": 4, "num_tokens": 4, "max_distance": None},
     "margins": {"enabled": True},
