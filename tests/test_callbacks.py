@@ -58,6 +58,7 @@ def fit(tmp_path, max_steps, ckpt_path=None, cbs=None):
                         val_check_interval=4, num_sanity_val_steps=1, default_root_dir=tmp_path)
     trainer.fit(module, DataLoader(data, batch_size=8, shuffle=True), DataLoader(data[:8], batch_size=8),
                 ckpt_path=ckpt_path)
+    loggers[1].experiment.finish()  # each fit gets its own offline W&B run
     return trainer, module, [cb for cb in trainer.callbacks if hasattr(cb, "runs")]
 
 
