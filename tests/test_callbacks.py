@@ -8,7 +8,7 @@ from torch.utils.data import DataLoader
 
 from mlm_dynamics import GlauberSampler, PairwiseMRFDenoiser
 from mlm_dynamics.callbacks import InfluenceProbe, MixingDiagnostics, RectangleTest, SemanticDrift, TrapDetector
-from mlm_dynamics.coupling import CoupledGlauberChains
+from mlm_dynamics.coupling import CoupledGlauberChains, randomize_sites
 from mlm_dynamics.training import MaskedDenoiserModule, tiny_bert_denoiser
 
 
@@ -113,10 +113,8 @@ def test_meeting_time_metric_agrees_with_the_core_on_the_toy_model():
     callback._run(trainer=None, pl_module=ToyModule(), stage="predict")
     # replay the core with the same seeds
     generator = torch.Generator().manual_seed(7)
-    from mlm_dynamics.callbacks.diagnostics import _random_restart
-
     sites = potts.resampleable_sites(starts)
-    y0 = _random_restart(potts, starts, sites, generator)
+    y0 = randomize_sites(potts, starts, sites, generator)
     seed = int(torch.randint(2**62, (1,), generator=generator))
     chains = CoupledGlauberChains(GlauberSampler(potts, 1.0))
     core = chains.run(chains.init_state(starts, y0, seed=seed, sites=sites), 300)

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from .config import build_model, load_config
-from .coupling import CoupledGlauberChains
+from .coupling import CoupledGlauberChains, randomize_sites
 from .glauber import ChainState, GlauberSampler, PseudoLogLikelihoodEnergy
 from .influence import estimate_influence, mixing_time_bound
 from .margin import local_margins
@@ -149,10 +149,7 @@ def _coupling_section(sampler: GlauberSampler, start: torch.Tensor, sites: torch
     """Pairs from the first start sequence vs uniformly random tokens on the resampled sites."""
     pairs = spec["num_pairs"]
     x0 = start[:1].expand(pairs, -1).clone()
-    allowed = sampler.denoiser.vocab.allowed_mask(start.device).nonzero().squeeze(1)
-    random_tokens = allowed[torch.randint(len(allowed), sites[:pairs].shape, generator=generator,
-                                          device=generator.device).to(start.device)]
-    y0 = x0.scatter(1, sites[:1].expand(pairs, -1), random_tokens)
+    y0 = randomize_sites(sampler.denoiser, x0, sites[:1].expand(pairs, -1), generator)
     t0 = time.perf_counter()
     chains = CoupledGlauberChains(sampler)
     seed = int(torch.randint(2**31, (1,), generator=generator, device=generator.device))

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from .categorical import sample_categorical
+from .denoiser import Denoiser
 from .glauber import ChainState, GlauberSampler
 
 
@@ -49,6 +50,16 @@ def maximal_coupling(p: Tensor, q: Tensor, generator: torch.Generator) -> tuple[
         x[apart] = sample_categorical(_residual(p[apart], overlap[apart]), generator)
         y[apart] = sample_categorical(_residual(q[apart], overlap[apart]), generator)
     return x, y
+
+
+def randomize_sites(denoiser: Denoiser, tokens: Tensor, sites: Tensor, generator: torch.Generator) -> Tensor:
+    """``tokens [B, L]`` with every site ``sites [B, n]`` replaced by a uniformly random allowed token.
+
+    A far-away start for a coupled partner chain; ``generator`` may live on any device.
+    """
+    allowed = denoiser.vocab.allowed_mask(generator.device).nonzero().squeeze(1)
+    draws = allowed[torch.randint(len(allowed), sites.shape, generator=generator, device=generator.device)]
+    return tokens.scatter(1, sites, draws.to(tokens.device))
 
 
 def _residual(p: Tensor, overlap: Tensor) -> Tensor:

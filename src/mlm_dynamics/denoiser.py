@@ -103,12 +103,15 @@ class Denoiser(nn.Module, abc.ABC):
         return torch.cat([self.conditional_logits(tokens[s:s + chunk_size], positions[s:s + chunk_size])
                           for s in range(0, tokens.shape[0], chunk_size)])
 
+    def free_mask(self, tokens: Tensor) -> Tensor:
+        """Boolean ``[B, L]``: True where the token is not a frame token."""
+        frame = torch.tensor(self.vocab.frame_ids, dtype=tokens.dtype, device=tokens.device)
+        return ~torch.isin(tokens, frame)
+
     def resampleable_sites(self, tokens: Tensor) -> Tensor:
         """Positions ``[B, n]`` whose tokens are not frame tokens; every row must have the same count ``n``."""
         self._validate_tokens(tokens)
-        free = torch.ones_like(tokens, dtype=torch.bool)
-        for frame_id in self.vocab.frame_ids:
-            free &= tokens != frame_id
+        free = self.free_mask(tokens)
         counts = free.sum(1)
         if (counts != counts[0]).any():
             raise ValueError(f"tokens: rows have different numbers of resampleable positions {counts.tolist()}; "

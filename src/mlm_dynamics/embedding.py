@@ -67,10 +67,7 @@ class HiddenStateEmbedder:
     @torch.no_grad()
     def __call__(self, tokens: Tensor) -> Tensor:
         hidden = self.denoiser.encoder(input_ids=tokens.to(self.denoiser.device)).last_hidden_state
-        keep = torch.ones_like(tokens, dtype=torch.bool)
-        for frame_id in self.denoiser.vocab.frame_ids:
-            keep &= tokens != frame_id
-        keep = keep.to(hidden.device, hidden.dtype)[..., None]
+        keep = self.denoiser.free_mask(tokens).to(hidden.device, hidden.dtype)[..., None]
         return F.normalize((hidden * keep).sum(1) / keep.sum(1).clamp_min(1), dim=-1).float().cpu()
 
 

@@ -27,9 +27,7 @@ class MaskedDenoiserModule(L.LightningModule):
 
     def masked_loss(self, tokens: Tensor) -> tuple[Tensor, Tensor]:
         """Cross-entropy and accuracy at randomly masked positions (at least one per row)."""
-        free = torch.ones_like(tokens, dtype=torch.bool)
-        for frame_id in self.denoiser.vocab.frame_ids:
-            free &= tokens != frame_id
+        free = self.denoiser.free_mask(tokens)
         chosen = free & (torch.rand(tokens.shape, device=tokens.device) < self.mask_rate)
         first_free = free.float().argmax(1)
         chosen[torch.arange(len(tokens)), first_free] |= ~chosen.any(1)

@@ -9,7 +9,7 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.loggers import WandbLogger
 from torch import Tensor
 
-from ..coupling import CoupledGlauberChains, lagged_meeting_times
+from ..coupling import CoupledGlauberChains, lagged_meeting_times, randomize_sites
 from ..denoiser import Denoiser
 from ..embedding import Embedder, HiddenStateEmbedder
 from ..glauber import ChainState, GlauberSampler
@@ -19,13 +19,6 @@ from ..monitor import ChainMonitor
 from ..rectangle import sample_rectangles
 from ..traps import TopicAttraction, TrapTracker
 from .base import DiagnosticCallback
-
-
-def _random_restart(denoiser: Denoiser, tokens: Tensor, sites: Tensor, generator: torch.Generator) -> Tensor:
-    """``tokens`` with every site replaced by a uniformly random allowed token."""
-    allowed = denoiser.vocab.allowed_mask().nonzero().squeeze(1)
-    draws = allowed[torch.randint(len(allowed), sites.shape, generator=generator)].to(tokens.device)
-    return tokens.scatter(1, sites, draws)
 
 
 class MixingDiagnostics(DiagnosticCallback):
@@ -47,7 +40,7 @@ class MixingDiagnostics(DiagnosticCallback):
         sampler = GlauberSampler(denoiser, self.temperature)
         chains = CoupledGlauberChains(sampler)
         sites = denoiser.resampleable_sites(starts)
-        y0 = _random_restart(denoiser, starts, sites, self.generator)
+        y0 = randomize_sites(denoiser, starts, sites, self.generator)
         result = chains.run(chains.init_state(starts, y0, seed=self.next_seed(), sites=sites), self.max_steps)
         self.meeting.to(starts.device).reset()  # states on the model's device, so DDP can gather them
         self.meeting.update(result)
