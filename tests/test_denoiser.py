@@ -50,7 +50,7 @@ def test_vocab_metadata_and_max_length():
 def test_from_pretrained_local_directory(tmp_path):
     from transformers import BertTokenizer
 
-    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(55)]
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(54)] + ["[unused0]"]
     tokenizer = BertTokenizer(vocab={w: i for i, w in enumerate(words)}, do_lower_case=False)
     torch.manual_seed(0)
     model = FAMILIES["bert"]()
@@ -60,7 +60,7 @@ def test_from_pretrained_local_directory(tmp_path):
     ids = codec.encode("w3 w7 w9")
     assert ids == [2, 8, 12, 14, 3]
     assert codec.decode(ids) == "w3 w7 w9"
-    assert denoiser.vocab.mask_id == 4 and set(denoiser.vocab.forbidden_ids) == {0, 1, 2, 3, 4}
+    assert denoiser.vocab.mask_id == 4 and set(denoiser.vocab.forbidden_ids) == {0, 1, 2, 3, 4, 59}
     sites = denoiser.resampleable_sites(torch.tensor([ids]))
     assert sites.tolist() == [[1, 2, 3]]
     with torch.no_grad():

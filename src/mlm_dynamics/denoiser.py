@@ -11,6 +11,7 @@ through :meth:`Denoiser.conditional_logits` and :class:`VocabInfo`.
 from __future__ import annotations
 
 import abc
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -201,6 +202,7 @@ _LM_HEADS: dict[str, Callable[[nn.Module], Callable[[Tensor], Tensor]]] = {
     "modernbert": _modernbert_head,
 }
 _ROBERTA_FAMILY = ("roberta", "xlm-roberta", "camembert")
+_PLACEHOLDER = re.compile(r"\[unused\d+\]")
 
 
 class MaskedLMDenoiser(Denoiser):
@@ -242,15 +244,19 @@ class MaskedLMDenoiser(Denoiser):
     @classmethod
     def from_pretrained(cls, name_or_path: str, *, device: str | torch.device = "cpu",
                         dtype: torch.dtype = torch.float32) -> tuple[MaskedLMDenoiser, TextCodec]:
-        """Load ``AutoModelForMaskedLM`` and ``AutoTokenizer`` from a hub name or local directory."""
+        """Load ``AutoModelForMaskedLM`` and ``AutoTokenizer`` from a hub name or local directory.
+
+        Never proposed: the tokenizer's special tokens and BERT-style placeholder tokens ``[unusedN]``.
+        """
         from transformers import AutoModelForMaskedLM, AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(name_or_path)
         model = AutoModelForMaskedLM.from_pretrained(name_or_path, dtype=dtype)
         frame = [t for t in (tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id,
                              tokenizer.bos_token_id, tokenizer.eos_token_id) if t is not None]
-        denoiser = cls(model, mask_id=tokenizer.mask_token_id, special_ids=tokenizer.all_special_ids,
-                       frame_ids=frame).to(device)
+        placeholders = [i for token, i in tokenizer.get_vocab().items() if _PLACEHOLDER.fullmatch(token)]
+        denoiser = cls(model, mask_id=tokenizer.mask_token_id,
+                       special_ids=[*tokenizer.all_special_ids, *placeholders], frame_ids=frame).to(device)
         return denoiser, TextCodec(tokenizer)
 
 
