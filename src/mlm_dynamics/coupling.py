@@ -161,12 +161,12 @@ class CoupledGlauberChains:
         """Advance every pair one step; returns the Hamming distance ``[P]`` between the chains afterwards."""
         sampler, chains = self.sampler, state.x
         positions = chains.sites.gather(1, sampler.choose_sites(chains))
-        active = (state.met_at < 0).nonzero().squeeze(1)
+        met = state.met_at >= 0
+        active = (~met).nonzero().squeeze(1)
         rows = torch.cat([chains.tokens, state.y[active]])
         row_positions = torch.cat([positions, positions[active]])
         probs = sampler.log_probs(sampler.denoiser.conditional_logits(rows, row_positions)).exp()
         p, q = probs[: len(positions)], probs[len(positions):]
-        met = state.met_at >= 0
         new_x = torch.empty_like(positions)
         if met.any():
             new_x[met] = sample_categorical(p[met].flatten(0, 1), chains.generator).view(int(met.sum()), -1)
@@ -178,7 +178,7 @@ class CoupledGlauberChains:
         if len(active):
             state.y[active] = state.y[active].scatter(1, positions[active], coupled_y.view(len(active), -1))
         chains.step += 1
-        newly_met = (state.met_at < 0) & (chains.tokens == state.y).all(1)
+        newly_met = ~met & (chains.tokens == state.y).all(1)
         state.met_at[newly_met] = chains.step
         return (chains.tokens != state.y).sum(1)
 

@@ -98,7 +98,7 @@ class Denoiser(nn.Module, abc.ABC):
         return logits
 
     def chunked_conditional_logits(self, tokens: Tensor, positions: Tensor, chunk_size: int = 256) -> Tensor:
-        """:meth:`conditional_logits` over many rows, ``chunk_size`` rows per forward pass (bounded memory)."""
+        """:meth:`conditional_logits` over many rows, ``chunk_size`` rows per forward pass (bounded activations)."""
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
         return torch.cat([self.conditional_logits(tokens[s:s + chunk_size], positions[s:s + chunk_size])

@@ -92,6 +92,13 @@ class ChainState:
                    energy=None if state["energy"] is None else state["energy"].clone())
 
 
+def check_temperature(temperature: float, hint: str = "") -> float:
+    """``temperature`` as a float, or a ValueError naming it unless it is a finite number > 0."""
+    if not isinstance(temperature, (int, float)) or not math.isfinite(temperature) or temperature <= 0:
+        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}{hint}")
+    return float(temperature)
+
+
 def tempered_log_probs(logits: Tensor, allowed: Tensor, temperature: float, *, top_k: int | None = None,
                        top_p: float | None = None, dtype: torch.dtype = torch.float32) -> Tensor:
     """``log softmax(l / tau)`` over the allowed tokens, optionally truncated to the top-k and/or nucleus top-p.
@@ -136,9 +143,6 @@ class GlauberSampler(nn.Module):
                  energy: Callable[[Tensor], Tensor] | None = None, sampling_dtype: torch.dtype = torch.float32,
                  greedy: bool = False) -> None:
         super().__init__()
-        if not isinstance(temperature, (int, float)) or not math.isfinite(temperature) or temperature <= 0:
-            raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}; "
-                             "for the tau -> 0 limit use greedy=True")
         if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
             raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
         if top_p is not None and not 0.0 < top_p <= 1.0:
@@ -152,7 +156,7 @@ class GlauberSampler(nn.Module):
         if greedy and energy is not None:
             raise ValueError("energy: the MH correction needs proposal probabilities and cannot be used with greedy")
         self.denoiser = denoiser
-        self.temperature = float(temperature)
+        self.temperature = check_temperature(temperature, "; for the tau -> 0 limit use greedy=True")
         self.top_k, self.top_p = top_k, top_p
         self.scan, self.block_size = scan, block_size
         self.energy = energy

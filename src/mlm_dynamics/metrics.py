@@ -48,9 +48,10 @@ class MeetingTimeMetric(Metric):
         self.censored.append(result.censored.double())
 
     def compute(self) -> dict[str, Tensor]:
-        times, censored = dim_zero_cat(self.times), dim_zero_cat(self.censored).bool()
-        out = _quantiles(torch.where(censored, math.inf, times), self.probs)
-        out["coalesced"] = (~censored).double().mean()
+        pooled = MeetingTimes(times=dim_zero_cat(self.times), censored=dim_zero_cat(self.censored).bool())
+        quantiles = pooled.quantiles(torch.tensor(self.probs))
+        out = {f"q{round(100 * p)}": q for p, q in zip(self.probs, quantiles)}
+        out["coalesced"] = torch.tensor(1.0 - pooled.censored_fraction, dtype=torch.float64)
         return out
 
 

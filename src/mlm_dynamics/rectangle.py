@@ -26,6 +26,7 @@ from einops import rearrange
 from torch import Tensor
 
 from .denoiser import Denoiser
+from .glauber import check_temperature
 
 
 @torch.no_grad()
@@ -39,8 +40,7 @@ def rectangle_grid(denoiser: Denoiser, contexts: Tensor, i: Tensor, j: Tensor, t
 
     Cost: ``C (A + B)`` forward rows, in chunks of ``chunk_size``.
     """
-    if temperature <= 0 or not math.isfinite(temperature):
-        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
+    temperature = check_temperature(temperature)
     num_contexts = contexts.shape[0]
     for name, value in (("i", i), ("j", j)):
         if value.shape != (num_contexts,):

@@ -80,7 +80,7 @@ class TrapTracker:
                 evidence = None if margin is None else float(margin[chain])
                 self.events.append(TrapEvent(chain, basin, int(self.anchor_step[chain]), margin=evidence))
                 self.open_event[chain] = len(self.events) - 1
-        return torch.tensor([event is not None for event in self.open_event])
+        return self.trapped
 
     def _reset_anchor(self, where: Tensor, step: int, embeddings: Tensor, tokens: Tensor | None) -> None:
         if self.anchor is None:
@@ -106,6 +106,7 @@ class TrapTracker:
 
     @property
     def trapped(self) -> Tensor:
+        """``[B]`` True for chains inside an open trap."""
         return torch.tensor([event is not None for event in self.open_event])
 
     def dwell_times(self, include_open: bool = False) -> Tensor:

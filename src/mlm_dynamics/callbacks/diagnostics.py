@@ -223,9 +223,5 @@ class TrapDetector(_PersistentChains):
                             margin_denoiser=denoiser if self.with_margins else None, temperature=self.temperature,
                             prefix=f"{self.prefix}{self.monitor_prefix}")
 
-    @property
-    def dwell_times(self) -> Tensor:
-        return self.monitor.traps.dwell_times() if self.monitor is not None else torch.zeros(0)
-
 
 __all__ = ["InfluenceProbe", "MixingDiagnostics", "RectangleTest", "SemanticDrift", "TrapDetector"]
