@@ -144,24 +144,29 @@ def run_job(config: dict, out_dir: Path, *, resume: bool = False) -> dict:
     return report
 
 
+def _finite_or_none(value: float) -> float | None:
+    """JSON has no infinity: unbounded values (censored times, no contraction) are written as null."""
+    return value if math.isfinite(value) else None
+
+
 def _coupling_section(sampler: GlauberSampler, start: torch.Tensor, sites: torch.Tensor, spec: dict,
                       generator: torch.Generator) -> dict:
     """Pairs from the first start sequence vs uniformly random tokens on the resampled sites."""
     pairs = spec["num_pairs"]
     x0 = start[:1].expand(pairs, -1).clone()
-    y0 = randomize_sites(sampler.denoiser, x0, sites[:1].expand(pairs, -1), generator)
+    pair_sites = sites[:1].expand(pairs, -1)
+    y0 = randomize_sites(sampler.denoiser, x0, pair_sites, generator)
     t0 = time.perf_counter()
     chains = CoupledGlauberChains(sampler)
     seed = int(torch.randint(2**31, (1,), generator=generator, device=generator.device))
-    state = chains.init_state(x0, y0, seed=seed, sites=sites[:1].expand(pairs, -1))
+    state = chains.init_state(x0, y0, seed=seed, sites=pair_sites)
     initial_distance = (state.x.tokens != state.y).sum(1)
     result = chains.run(state, spec["max_steps"])
-    median = float(result.quantiles(torch.tensor([0.5]))[0])
     grid = torch.linspace(0, spec["max_steps"], 5).long()
     return {"num_pairs": pairs, "max_steps": spec["max_steps"], "seconds": round(time.perf_counter() - t0, 2),
             "meeting_times": result.times.tolist(), "censored": result.censored.tolist(),
             "censored_fraction": result.censored_fraction,
-            "median_meeting_time": median if math.isfinite(median) else None,
+            "median_meeting_time": _finite_or_none(float(result.quantiles(torch.tensor([0.5]))[0])),
             "hamming_between_pairs": {"start": initial_distance.tolist(),
                                       "end": (state.x.tokens != state.y).sum(1).tolist()},
             "tv_bound_between_starts": dict(zip(grid.tolist(), result.survival(grid).tolist()))}
@@ -184,12 +189,11 @@ def _influence_section(denoiser, tokens: torch.Tensor, sites: torch.Tensor, spec
     probed = sites[0, : spec["max_sites"]]
     estimate = estimate_influence(denoiser, tokens[: spec["num_contexts"]], temperatures=spec["temperatures"],
                                   sites=probed, replacements=spec["replacements"], generator=generator)
-    tau_star = estimate.contraction_temperature()
     return {"sites": probed.tolist(), "temperatures": estimate.temperatures.tolist(),
             "dobrushin": estimate.dobrushin.tolist(), "row_sum_max": estimate.row_sums.amax(1).tolist(),
-            "tau_star": tau_star if math.isfinite(tau_star) else None,
+            "tau_star": _finite_or_none(estimate.contraction_temperature()),
             "tau_star_sensitivity_bound": estimate.sensitivity_temperature(),
-            "mixing_time_bound": [b if math.isfinite(b) else None
+            "mixing_time_bound": [_finite_or_none(b)
                                   for b in mixing_time_bound(estimate.dobrushin, len(probed)).tolist()]}
 
 
