@@ -2,7 +2,7 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from mlm_dynamics.categorical import sample_categorical
+from mlm_dynamics.sampling.categorical import sample_categorical
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

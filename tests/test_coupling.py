@@ -2,12 +2,12 @@ import math
 
 import pytest
 import torch
-from conftest import chi_square_pvalue
 from scipy.stats import chisquare
 
+from helpers import chi_square_pvalue
 from mlm_dynamics import GlauberSampler, PairwiseMRFDenoiser
-from mlm_dynamics.coupling import (CoupledGlauberChains, lagged_meeting_times, maximal_coupling, meeting_times)
-from mlm_dynamics.exact import glauber_transition_matrix, state_index, tv_to_stationarity
+from mlm_dynamics.models.exact import glauber_transition_matrix, state_index, tv_to_stationarity
+from mlm_dynamics.sampling.coupling import CoupledGlauberChains, lagged_meeting_times, maximal_coupling, meeting_times
 
 N = 200_000
 
@@ -82,7 +82,7 @@ def test_meeting_times_bound_tv_between_starts(mrf):
     start_x, start_y = torch.zeros(81, dtype=torch.float64), torch.zeros(81, dtype=torch.float64)
     start_x[0], start_y[-1] = 1.0, 1.0
     survival = result.survival(t_grid)
-    for t, s in zip(t_grid.tolist(), survival.tolist()):
+    for t, s in zip(t_grid.tolist(), survival.tolist(), strict=True):
         law_x = start_x @ torch.linalg.matrix_power(kernel, t)
         law_y = start_y @ torch.linalg.matrix_power(kernel, t)
         assert s + 3 * math.sqrt(max(s * (1 - s), 1e-4) / pairs) >= 0.5 * (law_x - law_y).abs().sum()
@@ -143,5 +143,5 @@ def test_coupled_chains_resume_bit_identically(mrf):
     reference = [chains.step(state) for _ in range(10)]
     resumed = type(state).from_state_dict(saved)
     replay = [chains.step(resumed) for _ in range(10)]
-    assert all(torch.equal(a, b) for a, b in zip(reference, replay))
+    assert all(torch.equal(a, b) for a, b in zip(reference, replay, strict=True))
     assert torch.equal(resumed.y, state.y) and torch.equal(resumed.met_at, state.met_at)

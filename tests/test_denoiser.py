@@ -1,8 +1,17 @@
 import pytest
 import torch
-from transformers import (BertConfig, BertForMaskedLM, DistilBertConfig, DistilBertForMaskedLM, ElectraConfig,
-                          ElectraForMaskedLM, ModernBertConfig, ModernBertForMaskedLM, RobertaConfig,
-                          RobertaForMaskedLM)
+from transformers import (
+    BertConfig,
+    BertForMaskedLM,
+    DistilBertConfig,
+    DistilBertForMaskedLM,
+    ElectraConfig,
+    ElectraForMaskedLM,
+    ModernBertConfig,
+    ModernBertForMaskedLM,
+    RobertaConfig,
+    RobertaForMaskedLM,
+)
 
 from mlm_dynamics import FullSequenceDenoiser, MaskedLMDenoiser, VocabInfo
 from mlm_dynamics.models import EXAMPLE_ANTIBODIES, ResidueCodec

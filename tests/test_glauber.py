@@ -3,13 +3,19 @@ import math
 
 import pytest
 import torch
-from conftest import chi_square_pvalue
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mlm_dynamics import (FullSequenceDenoiser, GlauberSampler, PairwiseMRFDenoiser, PseudoLogLikelihoodEnergy,
-                          VocabInfo, tempered_log_probs)
-from mlm_dynamics.exact import glauber_transition_matrix, tv_to_stationarity
+from helpers import chi_square_pvalue
+from mlm_dynamics import (
+    FullSequenceDenoiser,
+    GlauberSampler,
+    PairwiseMRFDenoiser,
+    PseudoLogLikelihoodEnergy,
+    VocabInfo,
+    tempered_log_probs,
+)
+from mlm_dynamics.models.exact import glauber_transition_matrix, tv_to_stationarity
 
 CHAINS = 20_000
 
@@ -160,7 +166,7 @@ def test_resume_is_bit_identical(mrf, options):
     buffer.seek(0)
     resumed = type(state).from_state_dict(torch.load(buffer))
     replay = [r.new_tokens.clone() for r in sampler.run(resumed, 13)]
-    assert all(torch.equal(a, b) for a, b in zip(reference, replay))
+    assert all(torch.equal(a, b) for a, b in zip(reference, replay, strict=True))
     assert torch.equal(resumed.tokens, state.tokens) and resumed.step == state.step == 20
 
 

@@ -6,9 +6,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mlm_dynamics import PairwiseMRFDenoiser, enumerate_states
-from mlm_dynamics.influence import (estimate_influence, mixing_time_bound, sensitivity_contraction_temperature,
-                                    softmax_tv_bound)
-from mlm_dynamics.margin import escape_probability_bound, local_margins
+from mlm_dynamics.diagnostics.influence import (
+    estimate_influence,
+    mixing_time_bound,
+    sensitivity_contraction_temperature,
+    softmax_tv_bound,
+)
+from mlm_dynamics.diagnostics.margins import escape_probability_bound, local_margins
 
 J = 0.6
 

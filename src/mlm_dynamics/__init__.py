@@ -1,23 +1,54 @@
-"""Mixing diagnostics for Glauber dynamics on masked language models."""
+"""Mixing diagnostics for Glauber dynamics on masked language models and discrete-diffusion denoisers."""
 
-from .coupling import CoupledGlauberChains, MeetingTimes, lagged_meeting_times, maximal_coupling, meeting_times
-from .denoiser import Denoiser, FullSequenceDenoiser, MaskedLMDenoiser, TextCodec, VocabInfo
-from .glauber import ChainState, GlauberSampler, PseudoLogLikelihoodEnergy, StepRecord, tempered_log_probs
-from .influence import InfluenceEstimate, estimate_influence, mixing_time_bound
-from .margin import LocalMargins, escape_probability_bound, local_margins
-from .rectangle import RectangleReport, rectangle_grid, sample_rectangles
-from .toy import PairwiseMRFDenoiser, enumerate_states
-
-__version__ = "0.1.0"
+from ._version import __version__
+from .diagnostics import (
+                          InfluenceEstimate,
+                          LocalMargins,
+                          MeetingTimes,
+                          RectangleReport,
+                          escape_probability_bound,
+                          ess,
+                          estimate_influence,
+                          local_margins,
+                          mixing_time_bound,
+                          rectangle_grid,
+                          rhat,
+                          sample_rectangles,
+)
+from .models import Denoiser, FullSequenceDenoiser, MaskedLMDenoiser, PairwiseMRFDenoiser, TextCodec, VocabInfo
+from .models.toy import enumerate_states
+from .sampling import (
+                          ChainState,
+                          CoupledGlauberChains,
+                          GlauberSampler,
+                          PseudoLogLikelihoodEnergy,
+                          StepRecord,
+                          lagged_meeting_times,
+                          maximal_coupling,
+                          meeting_times,
+                          tempered_log_probs,
+)
 
 __all__ = [
     "ChainState",
     "CoupledGlauberChains",
+    "Denoiser",
+    "FullSequenceDenoiser",
+    "GlauberSampler",
     "InfluenceEstimate",
     "LocalMargins",
+    "MaskedLMDenoiser",
     "MeetingTimes",
+    "PairwiseMRFDenoiser",
+    "PseudoLogLikelihoodEnergy",
     "RectangleReport",
+    "StepRecord",
+    "TextCodec",
+    "VocabInfo",
+    "__version__",
+    "enumerate_states",
     "escape_probability_bound",
+    "ess",
     "estimate_influence",
     "lagged_meeting_times",
     "local_margins",
@@ -25,16 +56,7 @@ __all__ = [
     "meeting_times",
     "mixing_time_bound",
     "rectangle_grid",
+    "rhat",
     "sample_rectangles",
-    "Denoiser",
-    "FullSequenceDenoiser",
-    "GlauberSampler",
-    "MaskedLMDenoiser",
-    "PairwiseMRFDenoiser",
-    "PseudoLogLikelihoodEnergy",
-    "StepRecord",
-    "TextCodec",
-    "VocabInfo",
-    "enumerate_states",
     "tempered_log_probs",
 ]

@@ -23,7 +23,8 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
-from ..denoiser import Denoiser
+from ..models.base import Denoiser
+from ..report.writers import finite
 
 
 def default_batch_to_tokens(batch: Any) -> Tensor:
@@ -83,12 +84,14 @@ class DiagnosticCallback(Callback, abc.ABC):
         return tokens[: self.num_starts].to(device).long()
 
     # -- hooks -----------------------------------------------------------------------------------------------------
-    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
         self._capture(batch)
         if self.every_n_train_steps and trainer.global_step % self.every_n_train_steps == 0:
             self._run(trainer, pl_module, "train")
 
-    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+    def on_validation_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
+                                batch_idx: int, dataloader_idx: int = 0) -> None:
         if not trainer.sanity_checking:
             self._capture(batch)
 
@@ -96,7 +99,8 @@ class DiagnosticCallback(Callback, abc.ABC):
         if self.at_validation_end and not trainer.sanity_checking:
             self._run(trainer, pl_module, "validation")
 
-    def on_predict_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+    def on_predict_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
+                             batch_idx: int, dataloader_idx: int = 0) -> None:
         self._capture(batch)
 
     def on_predict_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -124,6 +128,7 @@ class DiagnosticCallback(Callback, abc.ABC):
         self._log(trainer, pl_module, stage, metrics)
 
     def _log(self, trainer: Trainer, pl_module: LightningModule, stage: str, metrics: dict[str, float]) -> None:
+        metrics = finite(metrics)  # undefined values (no contraction on the grid, say) are not logged
         if stage == "predict":  # LightningModule.log is not available in predict
             for logger in trainer.loggers:
                 logger.log_metrics(metrics, step=trainer.global_step)

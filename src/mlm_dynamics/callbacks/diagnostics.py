@@ -3,38 +3,43 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
+from typing import Any
 
 import torch
 from lightning.pytorch import Trainer
 from lightning.pytorch.loggers import WandbLogger
 from torch import Tensor
 
-from ..coupling import CoupledGlauberChains, lagged_meeting_times, randomize_sites
-from ..denoiser import Denoiser
-from ..embedding import Embedder, HiddenStateEmbedder
-from ..glauber import ChainState, GlauberSampler
-from ..influence import estimate_influence, mixing_time_bound
-from ..metrics import MeetingTimeMetric, RectanglePrevalence, TVBoundMetric
-from ..monitor import ChainMonitor
-from ..rectangle import sample_rectangles
-from ..traps import TopicAttraction, TrapTracker
+from ..diagnostics.influence import estimate_influence
+from ..diagnostics.rectangle import sample_rectangles
+from ..embedders.base import Codec, Embedder, HiddenStateEmbedder
+from ..metrics.aggregates import MeetingTimeMetric, RectanglePrevalence
+from ..models.base import Denoiser
+from ..models.huggingface import MaskedLMDenoiser
+from ..sampling.coupling import CoupledGlauberChains, lagged_meeting_times, randomize_sites
+from ..sampling.glauber import ChainState, GlauberSampler
+from ..tracking.monitor import ChainMonitor
+from ..tracking.traps import TopicAttraction, TrapTracker
 from .base import DiagnosticCallback
 
 
 class MixingDiagnostics(DiagnosticCallback):
-    """Coupled chains from the batch's sequences and from random restarts: meeting times, coalescence, TV bounds.
+    """Coupled chains from the batch's sequences and from random restarts: meeting times, censoring, TV bounds.
 
-    Logs ``{prefix}mixing/meeting_q50``, ``.../meeting_q90`` (``inf`` when censored), ``.../coalesced`` and, with
-    ``lag``, ``.../tv_bound@t`` for each ``t`` in ``t_values`` (L-lag bound, the partner chain started from another
-    start row). Cost per run: at most ``max_steps`` forwards of ``<= 2 num_starts`` rows.
+    Logs :meth:`~mlm_dynamics.diagnostics.MeetingTimes.summary` under ``{prefix}mixing/``: ``meeting_time_median``,
+    ``meeting_time_q90`` (the budget where censored), ``censored_fraction``, ``budget``, ``num_pairs``; with ``lag``
+    also ``lagged/...`` and ``lagged/tv_bound_t{t}`` for each ``t`` in ``t_values`` (L-lag bound on
+    ``TV(mu_0 P^t, pi)``, the partner chain started from another start row). Cost per run: at most ``max_steps``
+    forwards of ``<= 2 num_starts`` rows (twice with ``lag``).
     """
 
     def __init__(self, *, temperature: float = 1.0, max_steps: int = 200, lag: int | None = None,
-                 t_values: Sequence[int] = (0, 50, 100), **kwargs) -> None:
+                 t_values: Sequence[int] = (0, 50, 100), **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.temperature, self.max_steps, self.lag, self.t_values = temperature, max_steps, lag, tuple(t_values)
         self.meeting = MeetingTimeMetric()
-        self.tv_bound = TVBoundMetric(lag, self.t_values) if lag else None
+        self.lagged = MeetingTimeMetric(tv_steps=self.t_values) if lag else None
 
     def measure(self, denoiser: Denoiser, starts: Tensor, trainer: Trainer) -> dict[str, float]:
         sampler = GlauberSampler(denoiser, self.temperature)
@@ -45,16 +50,14 @@ class MixingDiagnostics(DiagnosticCallback):
         self.meeting.to(starts.device).reset()  # states on the model's device, so DDP can gather them
         self.meeting.update(result)
         p = f"{self.prefix}mixing/"
-        metrics = {f"{p}meeting_{k}" if k != "coalesced" else f"{p}coalesced": float(v)
-                   for k, v in self.meeting.compute().items()}
-        if self.tv_bound is not None:
+        metrics = {f"{p}{k}": v for k, v in self.meeting.compute().items()}
+        if self.lagged is not None and self.lag is not None:
             partners = starts.roll(1, 0)
             lagged = lagged_meeting_times(sampler, starts, partners, lag=self.lag, max_steps=self.max_steps,
                                           seed=self.next_seed(), sites=sites)
-            self.tv_bound.to(starts.device).reset()
-            self.tv_bound.update(lagged)
-            for t, bound in zip(self.t_values, self.tv_bound.compute().tolist()):
-                metrics[f"{p}tv_bound@{t}"] = bound
+            self.lagged.to(starts.device).reset()
+            self.lagged.update(lagged)
+            metrics.update({f"{p}lagged/{k}": v for k, v in self.lagged.compute().items()})
         return metrics
 
 
@@ -65,7 +68,7 @@ class RectangleTest(DiagnosticCallback):
     """
 
     def __init__(self, *, pairs_per_context: int = 4, num_tokens: int = 4, max_distance: int | None = None,
-                 temperature: float = 1.0, **kwargs) -> None:
+                 temperature: float = 1.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.pairs_per_context, self.num_tokens, self.max_distance = pairs_per_context, num_tokens, max_distance
         self.temperature = temperature
@@ -76,8 +79,8 @@ class RectangleTest(DiagnosticCallback):
                                    num_tokens=self.num_tokens, max_distance=self.max_distance,
                                    temperature=self.temperature, generator=self.generator)
         self.prevalence.to(starts.device).reset()
-        self.prevalence.update(report.values, report.tolerance)
-        return {f"{self.prefix}rectangle/{k}": float(v) for k, v in self.prevalence.compute().items()}
+        self.prevalence.update(report)
+        return {f"{self.prefix}rectangle/{k}": v for k, v in self.prevalence.compute().items()}
 
 
 class InfluenceProbe(DiagnosticCallback):
@@ -90,7 +93,7 @@ class InfluenceProbe(DiagnosticCallback):
     """
 
     def __init__(self, *, temperatures: Sequence[float] = (0.5, 1.0, 2.0), max_sites: int = 8,
-                 replacements: int = 1, **kwargs) -> None:
+                 replacements: int = 1, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if max_sites < 2:
             raise ValueError(f"max_sites must be >= 2, got {max_sites}")
@@ -100,14 +103,7 @@ class InfluenceProbe(DiagnosticCallback):
         sites = denoiser.resampleable_sites(starts)[0, : self.max_sites]
         estimate = estimate_influence(denoiser, starts, temperatures=self.temperatures, sites=sites,
                                       replacements=self.replacements, generator=self.generator)
-        p = f"{self.prefix}influence/"
-        metrics = {f"{p}dobrushin@{t:g}": float(a) for t, a in zip(self.temperatures, estimate.dobrushin)}
-        metrics[f"{p}tau_star"] = estimate.contraction_temperature()
-        metrics[f"{p}tau_star_sensitivity"] = estimate.sensitivity_temperature()
-        bounds = mixing_time_bound(estimate.dobrushin, len(sites))
-        for t, bound in zip(self.temperatures, bounds.tolist()):
-            metrics[f"{p}tmix_bound@{t:g}"] = bound
-        return metrics
+        return {f"{self.prefix}influence/{k}": v for k, v in estimate.summary().items()}
 
 
 class _PersistentChains(DiagnosticCallback):
@@ -116,8 +112,8 @@ class _PersistentChains(DiagnosticCallback):
     monitor_prefix = "chains/"
 
     def __init__(self, *, embedder: Embedder | None = None, temperature: float = 1.0, steps_per_run: int = 50,
-                 every: int = 10, thresholds: Sequence[float] = (0.1, 0.2, 0.3), codec=None,
-                 table_rows: int = 8, **kwargs) -> None:
+                 every: int = 10, thresholds: Sequence[float] = (0.1, 0.2, 0.3), codec: Codec | None = None,
+                 table_rows: int = 8, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if steps_per_run < 1:
             raise ValueError(f"steps_per_run must be >= 1, got {steps_per_run}")
@@ -125,44 +121,55 @@ class _PersistentChains(DiagnosticCallback):
         self.every, self.thresholds, self.codec, self.table_rows = every, tuple(thresholds), codec, table_rows
         self.chain_state: ChainState | None = None
         self.monitor: ChainMonitor | None = None
-        self._pending_state: dict | None = None
+        self._pending_state: dict[str, Any] | None = None
 
     def build_monitor(self, denoiser: Denoiser, embedder: Embedder) -> ChainMonitor:
         return ChainMonitor(embedder, every=self.every, thresholds=self.thresholds, temperature=self.temperature,
                             prefix=f"{self.prefix}{self.monitor_prefix}")
 
-    def measure(self, denoiser: Denoiser, starts: Tensor, trainer: Trainer) -> dict[str, float]:
-        sampler = GlauberSampler(denoiser, self.temperature)
-        if self.monitor is None:
-            embedder = self.embedder if self.embedder is not None else HiddenStateEmbedder(denoiser)
+    def _started(self, denoiser: Denoiser, sampler: GlauberSampler, starts: Tensor) -> tuple[ChainState, ChainMonitor]:
+        """The persistent chains and their monitor, created (or restored from a checkpoint) at the first run."""
+        if self.monitor is None or self.chain_state is None:
+            if self.embedder is not None:
+                embedder = self.embedder
+            elif isinstance(denoiser, MaskedLMDenoiser):
+                embedder = HiddenStateEmbedder(denoiser)
+            else:
+                raise TypeError(f"{type(self).__name__}: the default hidden-state embedder needs a MaskedLMDenoiser, "
+                                f"got {type(denoiser).__name__}; pass embedder=")
             self.monitor = self.build_monitor(denoiser, embedder)
             if self._pending_state is not None:
-                self.chain_state = ChainState.from_state_dict(self._pending_state["chains"])
+                self.chain_state = ChainState.from_state_dict(self._pending_state["chains"], denoiser.device)
                 self.monitor.load_state_dict(self._pending_state["monitor"])
             else:
                 self.chain_state = sampler.init_state(starts, seed=self.next_seed())
                 self.monitor.start(self.chain_state)
+        return self.chain_state, self.monitor
+
+    def measure(self, denoiser: Denoiser, starts: Tensor, trainer: Trainer) -> dict[str, float]:
+        sampler = GlauberSampler(denoiser, self.temperature)
+        state, monitor = self._started(denoiser, sampler, starts)
         metrics: dict[str, float] = {}
-        for _ in sampler.run(self.chain_state, self.steps_per_run):
-            metrics = self.monitor.observe(self.chain_state) or metrics
-        if not metrics and self.monitor.history:
-            metrics = {k: v for k, v in self.monitor.history[-1].items() if k != "step"}
-        self._log_table(trainer)
+        for _ in sampler.run(state, self.steps_per_run):
+            metrics = monitor.observe(state) or metrics
+        if not metrics and monitor.history:
+            metrics = {k: v for k, v in monitor.history[-1].items() if k != "step"}
+        self._log_table(trainer, state, monitor)
         return metrics
 
-    def _log_table(self, trainer: Trainer) -> None:
+    def _log_table(self, trainer: Trainer, state: ChainState, monitor: ChainMonitor) -> None:
         """W&B only: a table of the current chain states and a line plot of each chain's drift so far."""
         wandb_loggers = [logger for logger in trainer.loggers if isinstance(logger, WandbLogger)]
-        if not wandb_loggers:
+        if not wandb_loggers or monitor.drift.latest is None:
             return
-        drift = self.monitor.drift.latest
+        drift = monitor.drift.latest
         rows = []
-        for chain, tokens in enumerate(self.chain_state.tokens[: self.table_rows].tolist()):
+        for chain, tokens in enumerate(state.tokens[: self.table_rows].tolist()):
             text = self.codec.decode(tokens) if self.codec is not None else " ".join(map(str, tokens))
-            rows.append([self.chain_state.step, chain, float(drift[chain]), text])
+            rows.append([state.step, chain, float(drift[chain]), text])
         key = f"{self.prefix}{self.monitor_prefix}"
-        steps = [entry["step"] for entry in self.monitor.history]
-        trajectories = torch.stack(self.monitor.projections["drift"], 1)[: self.table_rows] if steps else None
+        steps = [entry["step"] for entry in monitor.history]
+        trajectories = torch.stack(monitor.projections["drift"], 1)[: self.table_rows] if steps else None
         for logger in wandb_loggers:
             logger.log_table(key=f"{key}states", columns=["step", "chain", "drift", "state"], data=rows,
                              step=trainer.global_step)
@@ -174,12 +181,12 @@ class _PersistentChains(DiagnosticCallback):
                                               title=f"{key}drift trajectories", xname="chain step")
                 logger.experiment.log({f"{key}drift_trajectories": plot, "trainer/global_step": trainer.global_step})
 
-    def extra_state(self) -> dict:
-        if self.monitor is None:
+    def extra_state(self) -> dict[str, Any]:
+        if self.monitor is None or self.chain_state is None:
             return {"chains": None, "monitor": None} if self._pending_state is None else dict(self._pending_state)
         return {"chains": self.chain_state.state_dict(), "monitor": self.monitor.state_dict()}
 
-    def load_extra_state(self, state: dict) -> None:
+    def load_extra_state(self, state: dict[str, Any]) -> None:
         self.monitor, self.chain_state = None, None
         self._pending_state = state if state.get("chains") is not None else None
 
@@ -208,10 +215,11 @@ class TrapDetector(_PersistentChains):
 
     def __init__(self, *, radius: float = 0.05, dwell: int = 50, hamming_radius: int | None = None,
                  basin_radius: float = 0.1, topic_anchors: dict[str, Tensor] | None = None,
-                 topic_threshold: float = 0.5, with_margins: bool = False, **kwargs) -> None:
+                 topic_threshold: float = 0.5, with_margins: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.trap_options = dict(radius=radius, dwell=dwell, hamming_radius=hamming_radius, basin_radius=basin_radius)
-        TrapTracker(**self.trap_options)  # validate now, not at the first run
+        self.new_tracker = partial(TrapTracker, radius=radius, dwell=dwell, hamming_radius=hamming_radius,
+                                   basin_radius=basin_radius)
+        self.new_tracker()  # validate now, not at the first run
         self.topic_anchors, self.topic_threshold, self.with_margins = topic_anchors, topic_threshold, with_margins
 
     def build_monitor(self, denoiser: Denoiser, embedder: Embedder) -> ChainMonitor:
@@ -219,7 +227,7 @@ class TrapDetector(_PersistentChains):
         if self.topic_anchors:
             topics = TopicAttraction(self.topic_anchors, threshold=self.topic_threshold)
         return ChainMonitor(embedder, every=self.every, thresholds=self.thresholds,
-                            traps=TrapTracker(**self.trap_options), topics=topics,
+                            traps=self.new_tracker(), topics=topics,
                             margin_denoiser=denoiser if self.with_margins else None, temperature=self.temperature,
                             prefix=f"{self.prefix}{self.monitor_prefix}")
 

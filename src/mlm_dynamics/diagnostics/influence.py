@@ -23,12 +23,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .denoiser import Denoiser
-from .glauber import tempered_log_probs
+from ..models.base import Denoiser
+from ..sampling.categorical import tempered_log_probs
 
 
 def softmax_tv_bound(oscillation: Tensor, temperature: float) -> Tensor:
-    """``tanh(osc / (4 tau))``, an upper bound on ``TV(softmax(u / tau), softmax(v / tau))`` with ``osc = osc(u - v)``."""
+    """``tanh(osc / (4 tau))``: bounds ``TV(softmax(u / tau), softmax(v / tau))`` where ``osc = osc(u - v)``."""
     return torch.tanh(oscillation / (4 * temperature))
 
 
@@ -93,6 +93,21 @@ class InfluenceEstimate:
     def sensitivity_temperature(self) -> float:
         """tau* from the logit-sensitivity bound: the root of ``max_j sum_i tanh(L_ij / (4 tau)) = 1``."""
         return sensitivity_contraction_temperature(self.logit_sensitivity)
+
+    def summary(self) -> dict[str, float]:
+        """Per grid temperature ``t``: ``dobrushin_tau{t}``, ``row_sum_max_tau{t}``, ``mixing_time_bound_tau{t}``
+        (``inf`` where ``alpha >= 1``); ``tau_star`` (``inf`` if no grid temperature contracts) and
+        ``tau_star_sensitivity``. The sums run over :attr:`sites` only (lower estimates when they are a subset)."""
+        out: dict[str, float] = {}
+        bounds = mixing_time_bound(self.dobrushin, len(self.sites))
+        for tau, alpha, rows, bound in zip(self.temperatures.tolist(), self.dobrushin.tolist(),
+                                           self.row_sums.amax(1).tolist(), bounds.tolist(), strict=True):
+            out[f"dobrushin_tau{tau:g}"] = alpha
+            out[f"row_sum_max_tau{tau:g}"] = rows
+            out[f"mixing_time_bound_tau{tau:g}"] = bound
+        out["tau_star"] = self.contraction_temperature()
+        out["tau_star_sensitivity"] = self.sensitivity_temperature()
+        return out
 
 
 def sensitivity_contraction_temperature(sensitivity: Tensor, iterations: int = 200) -> float:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .denoiser import Denoiser
+from ..models.base import Denoiser
 
 
 def escape_probability_bound(margin: Tensor, num_allowed: int, temperature: float) -> Tensor:
@@ -60,12 +60,20 @@ class LocalMargins:
         """``[B]``: bound on the probability that one random-scan step changes the chain, ``(1/n) sum_i q_i``."""
         return self.escape_bound(temperature).mean(1)
 
+    def summary(self, temperature: float) -> dict[str, float]:
+        """``margin_mean``, ``margin_min``, ``change_probability_mean`` and ``step_escape_bound_mean`` at tau."""
+        return {"margin_mean": float(self.margin.mean()), "margin_min": float(self.margin.min()),
+                "change_probability_mean": float(self.change_probability(temperature).mean()),
+                "step_escape_bound_mean": float(self.step_escape_bound(temperature).mean())}
+
 
 @torch.no_grad()
 def local_margins(denoiser: Denoiser, tokens: Tensor, *, sites: Tensor | None = None,
                   chunk_size: int = 256) -> LocalMargins:
     """Margins of ``tokens [B, L]`` at ``sites`` (default: all non-frame positions). Cost: ``B n`` forward rows."""
-    sites = denoiser.resampleable_sites(tokens) if sites is None else sites.to(tokens.device).expand(tokens.shape[0], -1)
+    if sites is None:
+        sites = denoiser.resampleable_sites(tokens)
+    sites = sites.to(tokens.device).expand(tokens.shape[0], -1)
     batch, n = sites.shape
     rows = tokens.repeat_interleave(n, 0)
     positions = sites.reshape(-1, 1)

@@ -1,8 +1,8 @@
 """The rectangle test: a deterministic certificate that MLM conditionals are incompatible.
 
-For a context ``x``, sites ``i != j``, tokens ``a, a'`` at ``i`` and ``b, b'`` at ``j``, write ``l_i^(b)`` for the logits at
-``i`` (masked) when ``x_j = b``, and ``l_j^(a)`` for those at ``j`` when ``x_i = a``. The two monotone paths from
-``(a, b)`` to ``(a', b')`` sum the log-ratios
+For a context ``x``, sites ``i != j``, tokens ``a, a'`` at ``i`` and ``b, b'`` at ``j``, write ``l_i^(b)`` for the
+logits at ``i`` (masked) when ``x_j = b``, and ``l_j^(a)`` for those at ``j`` when ``x_i = a``. The two monotone paths
+from ``(a, b)`` to ``(a', b')`` sum the log-ratios
 
     L1 = [l_i^(b)[a'] - l_i^(b)[a]] + [l_j^(a')[b'] - l_j^(a')[b]]     (i first, then j)
     L2 = [l_j^(a)[b'] - l_j^(a)[b]] + [l_i^(b')[a'] - l_i^(b')[a]]     (j first, then i)
@@ -19,14 +19,16 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from einops import rearrange
 from torch import Tensor
 
-from .denoiser import Denoiser
-from .glauber import check_temperature
+from ..models.base import Denoiser
+from ..sampling.categorical import check_temperature
+from .quantiles import DEFAULT_LEVELS, quantile_summary
 
 
 @torch.no_grad()
@@ -87,12 +89,16 @@ class RectangleReport:
     @property
     def prevalence(self) -> float:
         """Fraction of rectangles with ``|R|`` above tolerance (each such one certifies incompatibility)."""
+        if self.values.numel() == 0:
+            return math.nan
         return float((self.values.abs() > self.tolerance).double().mean())
 
-    def quantiles(self, probs: tuple[float, ...] = (0.5, 0.9, 0.99)) -> dict[float, float]:
-        """Quantiles of ``|R|``."""
-        values = self.values.abs().quantile(torch.tensor(probs, dtype=self.values.dtype))
-        return dict(zip(probs, values.tolist()))
+    def summary(self, levels: Sequence[float] = DEFAULT_LEVELS) -> dict[str, float]:
+        """``num_rectangles``, ``prevalence``, ``abs_r_median``, ``abs_r_q90``, ... and ``tolerance_median``."""
+        out = {"num_rectangles": float(self.values.numel()), "prevalence": self.prevalence,
+               **quantile_summary("abs_r", self.values.abs(), levels)}
+        out.update(quantile_summary("tolerance", self.tolerance, (0.5,)))
+        return out
 
 
 def float_tolerance(logit_scale: Tensor, temperature: float, dtype: torch.dtype = torch.float32) -> Tensor:

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .denoiser import MaskedLMDenoiser
+from ..models.huggingface import MaskedLMDenoiser
 
 
 class Embedder(Protocol):

@@ -1,75 +1,256 @@
-"""Run configuration: YAML files under ``configs/`` with ``--set a.b=value`` overrides, checked before any work."""
+"""Typed job configuration: dataclasses, YAML files and dotted ``key=value`` overrides through OmegaConf.
+
+``load_config(RunConfig, path, overrides)`` merges the defaults, the YAML file and the overrides; OmegaConf rejects
+unknown keys, wrong types (``temperature: true``, ``seed: abc``, ``window: [93.5, 100]``) and duplicate YAML keys,
+naming the full key. :meth:`RunConfig.validate` then checks ranges and combinations, again naming the key, all
+before any model is loaded.
+"""
 
 from __future__ import annotations
 
-import copy
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
-import yaml
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from .denoiser import Denoiser, MaskedLMDenoiser
+from ..sampling.glauber import SCAN_ORDERS
 
-DEFAULTS: dict[str, Any] = {
-    "model": {"source": "antiberty", "name_or_path": None, "num_layers": None, "device": "cpu"},
-    "chains": {"sequences": None, "num_chains": 8, "window": None, "seed": 0},
-    "sampler": {"temperature": 1.0, "scan": "random", "block_size": 1, "top_k": None, "top_p": None},
-    "run": {"num_steps": 200, "record_every": 10, "checkpoint_every": None},
-    "coupling": {"enabled": True, "num_pairs": 4, "max_steps": 200},
-    "rectangle": {"enabled": True, "pairs_per_context": 4, "num_tokens": 4, "max_distance": None},
-    "margins": {"enabled": True},
-    "influence": {"enabled": False, "num_contexts": 1, "max_sites": 8, "replacements": 1,
-                  "temperatures": [0.5, 1.0, 2.0, 4.0]},
-}
+MODEL_SOURCES = ("antiberty", "huggingface")
 
 
-def _merge(base: dict, update: dict, path: str = "") -> dict:
-    merged = copy.deepcopy(base)
-    for key, value in update.items():
-        where = f"{path}{key}"
-        if key not in base:
-            raise ValueError(f"config: unknown key {where!r}; known keys at this level: {sorted(base)}")
-        if isinstance(base[key], dict):
-            if not isinstance(value, dict):
-                raise ValueError(f"config: {where!r} must be a mapping, got {value!r}")
-            merged[key] = _merge(base[key], value, f"{where}.")
-        else:
-            merged[key] = value
-    return merged
+class ConfigError(ValueError):
+    """A configuration value is missing, mistyped or out of range; the message names the key."""
 
 
-def load_config(path: str | Path | None, overrides: list[str] = (), defaults: dict = DEFAULTS) -> dict:
-    """Defaults, updated by the YAML file at ``path``, updated by ``key.sub=value`` overrides (YAML values)."""
-    config = copy.deepcopy(defaults)
-    if path is not None:
-        loaded = yaml.safe_load(Path(path).read_text()) or {}
-        if not isinstance(loaded, dict):
-            raise ValueError(f"config: {path} must hold a mapping at the top level")
-        config = _merge(config, loaded)
-    for item in overrides:
-        key, sep, raw = item.partition("=")
-        if not sep:
-            raise ValueError(f"--set expects key.sub=value, got {item!r}")
-        update: dict = {}
-        cursor = update
-        parts = key.split(".")
-        for part in parts[:-1]:
-            cursor = cursor.setdefault(part, {})
-        cursor[parts[-1]] = yaml.safe_load(raw)
-        config = _merge(config, update)
-    return config
+def require(condition: bool, key: str, requirement: str, value: Any) -> None:
+    """Raise :class:`ConfigError` ``"{key} must {requirement}, got {value!r}"`` unless ``condition``."""
+    if not condition:
+        raise ConfigError(f"{key} must {requirement}, got {value!r}")
 
 
-def build_model(spec: dict) -> tuple[Denoiser, Any]:
-    """The denoiser and its codec (``encode``/``decode``) from ``config['model']``."""
-    device = torch.device(spec["device"])
-    if spec["source"] == "antiberty":
-        from .models import load_antiberty
+def check_device(key: str, device: str) -> torch.device:
+    """``torch.device(device)``, or a :class:`ConfigError` if it does not parse or is not present here."""
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError) as error:
+        raise ConfigError(f"{key} must be a torch device such as 'cpu' or 'cuda:0', got {device!r}") from error
+    if parsed.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"{key} is {device!r} but no CUDA device is available on this machine")
+    if parsed.type == "cuda" and parsed.index is not None and parsed.index >= torch.cuda.device_count():
+        raise ConfigError(f"{key} is {device!r} but only {torch.cuda.device_count()} CUDA devices exist")
+    if parsed.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"{key} is {device!r} but MPS is not available on this machine")
+    return parsed
 
-        return load_antiberty(device=device, num_layers=spec["num_layers"])
-    if spec["source"] == "huggingface":
-        if not spec["name_or_path"]:
-            raise ValueError("config: model.name_or_path is required when model.source is 'huggingface'")
-        return MaskedLMDenoiser.from_pretrained(spec["name_or_path"], device=device)
-    raise ValueError(f"config: model.source must be 'antiberty' or 'huggingface', got {spec['source']!r}")
+
+def _positive_temperatures(key: str, values: Sequence[float]) -> None:
+    require(len(values) > 0 and all(math.isfinite(t) and t > 0 for t in values), key,
+            "be a non-empty list of finite numbers > 0", list(values))
+
+
+@dataclass
+class ModelConfig:
+    """``source``: ``antiberty`` (bundled) or ``huggingface`` (``name_or_path``: hub name or local directory)."""
+
+    source: str = "antiberty"
+    name_or_path: str | None = None
+    num_layers: int | None = None
+    device: str = "cpu"
+
+    def validate(self, key: str = "model") -> None:
+        require(self.source in MODEL_SOURCES, f"{key}.source", f"be one of {list(MODEL_SOURCES)}", self.source)
+        if self.source == "huggingface":
+            require(bool(self.name_or_path), f"{key}.name_or_path", "be set when model.source is 'huggingface'",
+                    self.name_or_path)
+        require(self.num_layers is None or self.num_layers >= 1, f"{key}.num_layers", "be >= 1 or null",
+                self.num_layers)
+        check_device(f"{key}.device", self.device)
+
+
+@dataclass
+class ChainsConfig:
+    """Start sequences (cycled over ``num_chains`` chains) and the ``[start, stop)`` window of resampled sites."""
+
+    sequences: list[str] | None = None
+    num_chains: int = 8
+    window: list[int] | None = None
+    seed: int = 0
+
+    def validate(self, key: str = "chains") -> None:
+        require(self.sequences is None or len(self.sequences) > 0, f"{key}.sequences",
+                "be a non-empty list of strings or null", self.sequences)
+        require(self.num_chains >= 1, f"{key}.num_chains", "be >= 1", self.num_chains)
+        if self.window is not None:
+            require(len(self.window) == 2 and 0 <= self.window[0] < self.window[1], f"{key}.window",
+                    "be [start, stop) with 0 <= start < stop", self.window)
+        require(self.seed >= 0, f"{key}.seed", "be >= 0", self.seed)
+
+
+@dataclass
+class SamplerConfig:
+    """:class:`~mlm_dynamics.GlauberSampler` options."""
+
+    temperature: float = 1.0
+    scan: str = "random"
+    block_size: int = 1
+    top_k: int | None = None
+    top_p: float | None = None
+
+    def validate(self, key: str = "sampler") -> None:
+        require(math.isfinite(self.temperature) and self.temperature > 0, f"{key}.temperature",
+                "be a finite number > 0", self.temperature)
+        require(self.scan in SCAN_ORDERS, f"{key}.scan", f"be one of {list(SCAN_ORDERS)}", self.scan)
+        require(self.block_size >= 1, f"{key}.block_size", "be >= 1", self.block_size)
+        require(self.top_k is None or self.top_k >= 1, f"{key}.top_k", "be >= 1 or null", self.top_k)
+        require(self.top_p is None or 0 < self.top_p <= 1, f"{key}.top_p", "lie in (0, 1] or be null", self.top_p)
+
+
+@dataclass
+class StepsConfig:
+    """Chain length, trajectory recording interval and checkpoint interval (``null``: no checkpoints)."""
+
+    num_steps: int = 200
+    record_every: int = 10
+    checkpoint_every: int | None = None
+
+    def validate(self, key: str = "run") -> None:
+        require(self.num_steps >= 1, f"{key}.num_steps", "be >= 1", self.num_steps)
+        require(self.record_every >= 1, f"{key}.record_every", "be >= 1", self.record_every)
+        require(self.checkpoint_every is None or self.checkpoint_every >= 1, f"{key}.checkpoint_every",
+                "be >= 1 or null", self.checkpoint_every)
+
+
+@dataclass
+class CouplingConfig:
+    """Maximally coupled pairs (start sequence vs random tokens on the sites) followed for ``max_steps``."""
+
+    enabled: bool = True
+    num_pairs: int = 4
+    max_steps: int = 200
+
+    def validate(self, key: str = "coupling") -> None:
+        require(self.num_pairs >= 1, f"{key}.num_pairs", "be >= 1", self.num_pairs)
+        require(self.max_steps >= 1, f"{key}.max_steps", "be >= 1", self.max_steps)
+
+
+@dataclass
+class RectangleConfig:
+    """Rectangle test on the final states: site pairs per chain, top-k candidate tokens, maximum pair distance."""
+
+    enabled: bool = True
+    pairs_per_context: int = 4
+    num_tokens: int = 4
+    max_distance: int | None = None
+
+    def validate(self, key: str = "rectangle") -> None:
+        require(self.pairs_per_context >= 1, f"{key}.pairs_per_context", "be >= 1", self.pairs_per_context)
+        require(self.num_tokens >= 2, f"{key}.num_tokens", "be >= 2", self.num_tokens)
+        require(self.max_distance is None or self.max_distance >= 1, f"{key}.max_distance", "be >= 1 or null",
+                self.max_distance)
+
+
+@dataclass
+class MarginsConfig:
+    """Local margins at the start and at the end of the chains."""
+
+    enabled: bool = True
+
+
+@dataclass
+class InfluenceConfig:
+    """Influence coefficients among the first ``max_sites`` resampled sites of ``num_contexts`` final states."""
+
+    enabled: bool = False
+    num_contexts: int = 1
+    max_sites: int = 8
+    replacements: int = 1
+    temperatures: list[float] = field(default_factory=lambda: [0.5, 1.0, 2.0, 4.0])
+
+    def validate(self, key: str = "influence") -> None:
+        require(self.num_contexts >= 1, f"{key}.num_contexts", "be >= 1", self.num_contexts)
+        require(self.max_sites >= 2, f"{key}.max_sites", "be >= 2", self.max_sites)
+        require(self.replacements >= 1, f"{key}.replacements", "be >= 1", self.replacements)
+        _positive_temperatures(f"{key}.temperatures", self.temperatures)
+
+
+@dataclass
+class RunConfig:
+    """The ``run`` job: Glauber chains on one model, plus coupling, rectangle, margin and influence sections."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    chains: ChainsConfig = field(default_factory=ChainsConfig)
+    sampler: SamplerConfig = field(default_factory=SamplerConfig)
+    run: StepsConfig = field(default_factory=StepsConfig)
+    coupling: CouplingConfig = field(default_factory=CouplingConfig)
+    rectangle: RectangleConfig = field(default_factory=RectangleConfig)
+    margins: MarginsConfig = field(default_factory=MarginsConfig)
+    influence: InfluenceConfig = field(default_factory=InfluenceConfig)
+
+    def validate(self) -> None:
+        """Range checks of every section (types were checked on loading); raises :class:`ConfigError`."""
+        for section in dataclasses.fields(self):
+            value = getattr(self, section.name)
+            if hasattr(value, "validate"):
+                value.validate(section.name)
+        if self.influence.enabled:
+            require(self.influence.num_contexts <= self.chains.num_chains, "influence.num_contexts",
+                    f"be <= chains.num_chains ({self.chains.num_chains})", self.influence.num_contexts)
+        if self.chains.sequences is None:
+            require(self.model.source == "antiberty", "chains.sequences",
+                    "be given for models other than the bundled antiberty", None)
+
+    def resume_fingerprint(self) -> dict[str, Any]:
+        """What a resumed run must share with its checkpoint: everything but the budgets and the report sections."""
+        data = to_dict(self)
+        return {key: data[key] for key in ("model", "chains", "sampler")} | {
+            "record_every": self.run.record_every}
+
+
+ConfigT = TypeVar("ConfigT")
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    """A plain, JSON-ready dict of a config dataclass."""
+    return dataclasses.asdict(config)
+
+
+def load_config(schema: type[ConfigT], path: str | Path | None = None, overrides: Sequence[str] = ()) -> ConfigT:
+    """Defaults of ``schema``, updated by the YAML file at ``path``, then by ``key.sub=value`` overrides; validated."""
+    try:
+        merged = OmegaConf.structured(schema)
+        if path is not None:
+            path = Path(path)
+            if not path.is_file():
+                raise ConfigError(f"--config: {path} is not a file" if path.exists() else
+                                  f"--config: no such file {path}")
+            loaded = OmegaConf.load(path)
+            if not isinstance(loaded, type(merged)):
+                raise ConfigError(f"--config: {path} must hold a mapping at the top level")
+            merged = OmegaConf.merge(merged, loaded)
+        for item in overrides:
+            if "=" not in item:
+                raise ConfigError(f"--set expects key.sub=value, got {item!r}")
+            merged = OmegaConf.merge(merged, OmegaConf.from_dotlist([item]))
+        config = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as error:
+        raise ConfigError(_describe(error)) from None
+    except Exception as error:  # YAML syntax and duplicate keys surface as yaml errors
+        if type(error).__module__.startswith("yaml"):
+            raise ConfigError(f"--config: {path} is not valid YAML: {error}") from None
+        raise
+    validate = getattr(config, "validate", None)
+    if validate is not None:
+        validate()
+    return config  # type: ignore[return-value]
+
+
+def _describe(error: OmegaConfBaseException) -> str:
+    key = getattr(error, "full_key", None)
+    message = str(error).split("\n")[0]
+    return f"{key}: {message}" if key else message

@@ -1,106 +1,88 @@
 """torchmetrics aggregates of the diagnostics, with DDP-correct reductions.
 
-Counts reduce with ``sum``, maxima with ``max``, and per-pair or per-chain samples (meeting times, ``|R|`` values,
-dwell times, draws of chain projections) with ``cat``, so every statistic computed after a sync equals the one
+Each metric only pools raw samples and hands them to the result dataclass of :mod:`mlm_dynamics.diagnostics`, whose
+``summary()`` computes the reported values: a statistic has one name and one value whether it comes from the CLI, a
+callback or a metric. Per-pair or per-chain samples (meeting times, ``|R|`` values, dwell times, draws of chain
+projections) reduce with ``cat`` and maxima with ``max``, so every statistic computed after a sync equals the one
 computed on the pooled data of all ranks.
 """
 
 from __future__ import annotations
 
-import math
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
 from torchmetrics import Metric
 from torchmetrics.utilities import dim_zero_cat
 
-from .coupling import MeetingTimes
-from .stats import effective_sample_size, split_rhat
-
-DEFAULT_QUANTILES = (0.5, 0.9)
-
-
-def _quantiles(values: Tensor, probs: tuple[float, ...]) -> dict[str, Tensor]:
-    if values.numel() == 0:
-        return {f"q{round(100 * p)}": torch.tensor(math.nan) for p in probs}
-    levels = torch.tensor(probs, dtype=torch.float64, device=values.device)
-    return {f"q{round(100 * p)}": q for p, q in zip(probs, values.double().quantile(levels, interpolation="higher"))}
+from ..diagnostics.convergence import ess, rhat
+from ..diagnostics.meeting import MeetingTimes
+from ..diagnostics.quantiles import DEFAULT_LEVELS, check_levels, quantile_summary
+from ..diagnostics.rectangle import RectangleReport
 
 
 class MeetingTimeMetric(Metric):
-    """Quantiles of meeting (or hitting) times with censoring, and the coalescence fraction.
+    """Meeting (or hitting) times with censoring: ``compute()`` is :meth:`MeetingTimes.summary` of the pooled pairs.
 
-    ``compute()`` returns ``{"q50": ..., "q90": ..., "coalesced": fraction met}``; a quantile that falls among censored
-    pairs is ``inf`` (the time is only known to exceed the budget).
+    With ``tv_steps`` (lagged meeting times) the L-lag TV bounds ``tv_bound_t{t}`` are included.
     """
 
     full_state_update = False
     higher_is_better = False
+    times: list[Tensor]
+    censored: list[Tensor]
+    max_steps: Tensor
+    lag: Tensor
 
-    def __init__(self, quantiles: tuple[float, ...] = DEFAULT_QUANTILES, **kwargs) -> None:
+    def __init__(self, levels: Sequence[float] = DEFAULT_LEVELS, tv_steps: Sequence[int] = (), **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.probs = tuple(quantiles)
+        self.levels, self.tv_steps = check_levels(levels), tuple(tv_steps)
         self.add_state("times", default=[], dist_reduce_fx="cat")
         self.add_state("censored", default=[], dist_reduce_fx="cat")
+        self.add_state("max_steps", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="max")
+        self.add_state("lag", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="max")
 
     def update(self, result: MeetingTimes) -> None:
+        if self.times and result.lag != int(self.lag):
+            raise ValueError(f"meeting times have lag {result.lag}, earlier updates had lag {int(self.lag)}")
         self.times.append(result.times.double())
         self.censored.append(result.censored.double())
+        self.max_steps = torch.maximum(self.max_steps, torch.tensor(int(result.budget) - result.lag))
+        self.lag = torch.maximum(self.lag, torch.tensor(result.lag))
 
-    def compute(self) -> dict[str, Tensor]:
-        pooled = MeetingTimes(times=dim_zero_cat(self.times), censored=dim_zero_cat(self.censored).bool())
-        quantiles = pooled.quantiles(torch.tensor(self.probs))
-        out = {f"q{round(100 * p)}": q for p, q in zip(self.probs, quantiles)}
-        out["coalesced"] = torch.tensor(1.0 - pooled.censored_fraction, dtype=torch.float64)
-        return out
+    def pooled(self) -> MeetingTimes:
+        return MeetingTimes(times=dim_zero_cat(self.times), censored=dim_zero_cat(self.censored).bool(),
+                            lag=int(self.lag), max_steps=int(self.max_steps))
 
-
-class TVBoundMetric(Metric):
-    """L-lag upper bound on ``TV(mu_0 P^t, pi)`` at fixed ``t`` values from pooled lagged meeting times."""
-
-    full_state_update = False
-    higher_is_better = False
-
-    def __init__(self, lag: int, t_values: tuple[int, ...], **kwargs) -> None:
-        super().__init__(**kwargs)
-        if lag < 1:
-            raise ValueError(f"lag must be >= 1, got {lag}")
-        self.lag, self.t_values = lag, tuple(t_values)
-        self.add_state("times", default=[], dist_reduce_fx="cat")
-        self.add_state("censored", default=[], dist_reduce_fx="cat")
-
-    def update(self, result: MeetingTimes) -> None:
-        if result.lag != self.lag:
-            raise ValueError(f"meeting times have lag {result.lag}, the metric expects {self.lag}")
-        self.times.append(result.times.double())
-        self.censored.append(result.censored.double())
-
-    def compute(self) -> Tensor:
-        pooled = MeetingTimes(times=dim_zero_cat(self.times), censored=dim_zero_cat(self.censored).bool(), lag=self.lag)
-        return pooled.tv_upper_bound(torch.tensor(self.t_values))
+    def compute(self) -> dict[str, float]:
+        return self.pooled().summary(self.levels, self.tv_steps)
 
 
 class RectanglePrevalence(Metric):
-    """Fraction of rectangles with ``|R|`` above tolerance, and quantiles of ``|R|``."""
+    """Rectangle statistics of the pooled rectangles: :meth:`RectangleReport.summary`."""
 
     full_state_update = False
+    values: list[Tensor]
+    distances: list[Tensor]
+    tolerance: list[Tensor]
 
-    def __init__(self, quantiles: tuple[float, ...] = DEFAULT_QUANTILES, **kwargs) -> None:
+    def __init__(self, levels: Sequence[float] = DEFAULT_LEVELS, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.probs = tuple(quantiles)
-        self.add_state("exceed", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
-        self.add_state("total", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
-        self.add_state("magnitudes", default=[], dist_reduce_fx="cat")
+        self.levels = check_levels(levels)
+        for name in ("values", "distances", "tolerance"):
+            self.add_state(name, default=[], dist_reduce_fx="cat")
 
-    def update(self, values: Tensor, tolerance: Tensor) -> None:
-        self.exceed += (values.abs() > tolerance).sum()
-        self.total += values.numel()
-        self.magnitudes.append(values.abs().double().flatten())
+    def update(self, report: RectangleReport) -> None:
+        self.values.append(report.values.double())
+        self.distances.append(report.distances.double())
+        self.tolerance.append(report.tolerance.double())
 
-    def compute(self) -> dict[str, Tensor]:
-        out = {f"abs_r_{k}": v for k, v in _quantiles(dim_zero_cat(self.magnitudes), self.probs).items()}
-        out["prevalence"] = self.exceed / self.total.clamp_min(1)
-        return out
+    def compute(self) -> dict[str, float]:
+        report = RectangleReport(values=dim_zero_cat(self.values), distances=dim_zero_cat(self.distances),
+                                 tolerance=dim_zero_cat(self.tolerance))
+        return report.summary(self.levels)
 
 
 class DobrushinCoefficient(Metric):
@@ -108,8 +90,9 @@ class DobrushinCoefficient(Metric):
 
     full_state_update = False
     higher_is_better = False
+    value: Tensor
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.add_state("value", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="max")
 
@@ -121,22 +104,23 @@ class DobrushinCoefficient(Metric):
 
 
 class DwellTime(Metric):
-    """Mean and quantiles of trap dwell times."""
+    """Trap dwell times: ``dwell_time_mean`` and the quantiles ``dwell_time_median``, ``dwell_time_q90``, ..."""
 
     full_state_update = False
+    dwell: list[Tensor]
 
-    def __init__(self, quantiles: tuple[float, ...] = DEFAULT_QUANTILES, **kwargs) -> None:
+    def __init__(self, levels: Sequence[float] = DEFAULT_LEVELS, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.probs = tuple(quantiles)
+        self.levels = check_levels(levels)
         self.add_state("dwell", default=[], dist_reduce_fx="cat")
 
     def update(self, dwell_times: Tensor) -> None:
         self.dwell.append(dwell_times.double().flatten())
 
-    def compute(self) -> dict[str, Tensor]:
+    def compute(self) -> dict[str, float]:
         values = dim_zero_cat(self.dwell)
-        out = _quantiles(values, self.probs)
-        out["mean"] = values.mean() if values.numel() else torch.tensor(math.nan)
+        out = {"dwell_time_mean": float(values.mean()) if values.numel() else float("nan")}
+        out.update(quantile_summary("dwell_time", values, self.levels))
         return out
 
 
@@ -148,8 +132,9 @@ class ChainConvergence(Metric):
     """
 
     full_state_update = False
+    draws: list[Tensor]
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.add_state("draws", default=[], dist_reduce_fx="cat")
 
@@ -158,6 +143,6 @@ class ChainConvergence(Metric):
             raise ValueError(f"draws must have shape [chains, T], got {tuple(draws.shape)}")
         self.draws.append(draws.double())
 
-    def compute(self) -> dict[str, Tensor]:
+    def compute(self) -> dict[str, float]:
         draws = dim_zero_cat(self.draws)
-        return {"rhat": torch.tensor(split_rhat(draws)), "ess": torch.tensor(effective_sample_size(draws))}
+        return {"rhat": float(rhat(draws)), "ess": float(ess(draws))}

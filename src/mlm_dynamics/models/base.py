@@ -11,8 +11,6 @@ through :meth:`Denoiser.conditional_logits` and :class:`VocabInfo`.
 from __future__ import annotations
 
 import abc
-import re
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -91,7 +89,8 @@ class Denoiser(nn.Module, abc.ABC):
         logits = self._masked_logits(tokens, positions)
         expected = (tokens.shape[0], positions.shape[1], self.vocab.size)
         if tuple(logits.shape) != expected:
-            raise RuntimeError(f"{type(self).__name__} returned logits of shape {tuple(logits.shape)}, expected {expected}")
+            raise RuntimeError(f"{type(self).__name__} returned logits of shape {tuple(logits.shape)}, "
+                               f"expected {expected}")
         if not torch.isfinite(logits).all():
             bad = (~torch.isfinite(logits)).any(-1).nonzero()[:5].tolist()
             raise FloatingPointError(f"{type(self).__name__} produced NaN/inf logits at (row, slot) {bad}")
@@ -150,124 +149,6 @@ class Denoiser(nn.Module, abc.ABC):
                 raise ValueError("positions must be distinct within each row")
 
 
-def _mask_positions(tokens: Tensor, positions: Tensor, mask_id: int) -> Tensor:
+def mask_positions(tokens: Tensor, positions: Tensor, mask_id: int) -> Tensor:
+    """``tokens [B, L]`` with ``mask_id`` written at ``positions [B, K]`` (a new tensor)."""
     return tokens.scatter(1, positions, mask_id)
-
-
-class FullSequenceDenoiser(Denoiser):
-    """Adapter for any model that returns full-sequence logits ``[B, L, V]`` (e.g. a masked-diffusion denoiser).
-
-    ``model(masked_tokens)`` is called with ``mask_id`` written into the requested positions, and the logits at
-    those positions are gathered. Cost: one forward of ``B`` rows plus the full ``[B, L, V]`` logits the model
-    materialises; prefer :class:`MaskedLMDenoiser` for Hugging Face MLMs, which applies the head only where needed.
-    """
-
-    def __init__(self, model: Callable[[Tensor], Tensor], vocab: VocabInfo) -> None:
-        super().__init__()
-        if vocab.mask_id is None:
-            raise ValueError("vocab.mask_id is required: FullSequenceDenoiser writes it into masked positions")
-        self.model = model
-        self.vocab = vocab
-
-    def _masked_logits(self, tokens: Tensor, positions: Tensor) -> Tensor:
-        logits = self.model(_mask_positions(tokens, positions, self.vocab.mask_id))
-        if logits.dim() != 3 or logits.shape[:2] != tokens.shape:
-            raise RuntimeError(f"model must return [B, L, V] logits, got {tuple(logits.shape)}")
-        return logits.gather(1, positions[..., None].expand(-1, -1, logits.shape[-1])).float()
-
-
-def _bert_head(model: nn.Module) -> Callable[[Tensor], Tensor]:
-    return model.cls
-
-
-def _roberta_head(model: nn.Module) -> Callable[[Tensor], Tensor]:
-    return model.lm_head
-
-
-def _distilbert_head(model: nn.Module) -> Callable[[Tensor], Tensor]:
-    return lambda h: model.vocab_projector(model.vocab_layer_norm(model.activation(model.vocab_transform(h))))
-
-
-def _modernbert_head(model: nn.Module) -> Callable[[Tensor], Tensor]:
-    return lambda h: model.decoder(model.head(h))
-
-
-# The prediction head of each masked-LM family, as it is applied in that family's ``forward`` in transformers.
-_LM_HEADS: dict[str, Callable[[nn.Module], Callable[[Tensor], Tensor]]] = {
-    "bert": _bert_head,
-    "roberta": _roberta_head,
-    "xlm-roberta": _roberta_head,
-    "camembert": _roberta_head,
-    "distilbert": _distilbert_head,
-    "modernbert": _modernbert_head,
-}
-_ROBERTA_FAMILY = ("roberta", "xlm-roberta", "camembert")
-_PLACEHOLDER = re.compile(r"\[unused\d+\]")
-
-
-class MaskedLMDenoiser(Denoiser):
-    """A Hugging Face ``*ForMaskedLM`` model as a :class:`Denoiser`.
-
-    Runs the encoder on the masked input, gathers the hidden states at the requested positions and applies the LM
-    head there only: ``logits = head(encoder(x_masked)[b, P[b, k]])``. Cost: one encoder forward of ``B x L`` plus a
-    head of ``B x K`` rows, instead of the ``B x L x V`` logits ``model(x).logits`` would build.
-
-    Supported families: BERT, RoBERTa (and XLM-R, CamemBERT), DistilBERT, ModernBERT.
-    """
-
-    def __init__(self, model: nn.Module, *, mask_id: int | None, special_ids: Sequence[int] = (),
-                 frame_ids: Sequence[int] = ()) -> None:
-        super().__init__()
-        model_type = getattr(model.config, "model_type", None)
-        if model_type not in _LM_HEADS:
-            raise ValueError(f"model: unsupported masked-LM family {model_type!r}; supported: {sorted(_LM_HEADS)}. "
-                             "Wrap other models with FullSequenceDenoiser.")
-        if mask_id is None:
-            raise ValueError("mask_id: the model/tokenizer defines no mask token, so masked conditionals are undefined")
-        self.model = model.eval()
-        self.encoder = model.base_model
-        self.head = _LM_HEADS[model_type](model)
-        max_length = getattr(model.config, "max_position_embeddings", None)
-        if model_type in _ROBERTA_FAMILY and max_length is not None:
-            max_length -= model.config.pad_token_id + 1  # RoBERTa position ids start after the padding index
-        vocab_size = model.get_output_embeddings().out_features
-        forbidden = sorted({mask_id, *special_ids} & set(range(vocab_size)))
-        self.vocab = VocabInfo(size=vocab_size, mask_id=mask_id, forbidden_ids=tuple(forbidden),
-                               frame_ids=tuple(sorted(set(frame_ids))), max_length=max_length)
-
-    def _masked_logits(self, tokens: Tensor, positions: Tensor) -> Tensor:
-        masked = _mask_positions(tokens.long(), positions, self.vocab.mask_id)
-        hidden = self.encoder(input_ids=masked).last_hidden_state
-        picked = hidden.gather(1, positions[..., None].expand(-1, -1, hidden.shape[-1]))
-        return self.head(picked).float()
-
-    @classmethod
-    def from_pretrained(cls, name_or_path: str, *, device: str | torch.device = "cpu",
-                        dtype: torch.dtype = torch.float32) -> tuple[MaskedLMDenoiser, TextCodec]:
-        """Load ``AutoModelForMaskedLM`` and ``AutoTokenizer`` from a hub name or local directory.
-
-        Never proposed: the tokenizer's special tokens and BERT-style placeholder tokens ``[unusedN]``.
-        """
-        from transformers import AutoModelForMaskedLM, AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(name_or_path)
-        model = AutoModelForMaskedLM.from_pretrained(name_or_path, dtype=dtype)
-        frame = [t for t in (tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id,
-                             tokenizer.bos_token_id, tokenizer.eos_token_id) if t is not None]
-        placeholders = [i for token, i in tokenizer.get_vocab().items() if _PLACEHOLDER.fullmatch(token)]
-        denoiser = cls(model, mask_id=tokenizer.mask_token_id,
-                       special_ids=[*tokenizer.all_special_ids, *placeholders], frame_ids=frame).to(device)
-        return denoiser, TextCodec(tokenizer)
-
-
-class TextCodec:
-    """Text <-> ids through a Hugging Face tokenizer (special tokens added on encode, kept out on decode)."""
-
-    def __init__(self, tokenizer) -> None:
-        self.tokenizer = tokenizer
-
-    def encode(self, text: str) -> list[int]:
-        return self.tokenizer(text)["input_ids"]
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(list(ids), skip_special_tokens=True)

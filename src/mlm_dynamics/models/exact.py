@@ -14,8 +14,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .denoiser import Denoiser
-from .glauber import tempered_log_probs
+from ..sampling.categorical import tempered_log_probs
+from .base import Denoiser
 from .toy import enumerate_states
 
 

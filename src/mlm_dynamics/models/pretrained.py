@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from .denoiser import MaskedLMDenoiser
+from .huggingface import MaskedLMDenoiser
 
 AMINO_ACIDS = "ACDEFGHIKLMNPQRSTVWY"
 

@@ -18,7 +18,7 @@ import itertools
 import torch
 from torch import Tensor
 
-from .denoiser import Denoiser, VocabInfo
+from .base import Denoiser, VocabInfo
 
 
 class PairwiseMRFDenoiser(Denoiser):
@@ -30,6 +30,8 @@ class PairwiseMRFDenoiser(Denoiser):
     """
 
     max_block_states = 4096
+    fields: Tensor
+    couplings: Tensor
 
     def __init__(self, fields: Tensor, couplings: Tensor) -> None:
         super().__init__()
@@ -44,7 +46,7 @@ class PairwiseMRFDenoiser(Denoiser):
 
     @property
     def num_sites(self) -> int:
-        return self.fields.shape[0]
+        return int(self.fields.shape[0])
 
     @classmethod
     def ising_chain(cls, n: int, coupling: float, field: float = 0.0) -> PairwiseMRFDenoiser:

@@ -15,14 +15,15 @@ with ``tau = inf{t >= L : X_t = Y_{t-L}}`` and ``X_0, Y_0 ~ mu_0``,
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
 
+from ..diagnostics.meeting import MeetingTimes
+from ..models.base import Denoiser
 from .categorical import sample_categorical
-from .denoiser import Denoiser
 from .glauber import ChainState, GlauberSampler
 
 
@@ -70,49 +71,6 @@ def _residual(p: Tensor, overlap: Tensor) -> Tensor:
 
 
 @dataclass
-class MeetingTimes:
-    """Meeting times of coupled pairs, censored at a budget.
-
-    Attributes:
-        times: ``[P]`` meeting time of each pair (the budget where censored), in single-site steps of chain X.
-        censored: ``[P]`` True where the pair had not met within the budget.
-        lag: the lag L of the coupling (0 for two chains started together).
-    """
-
-    times: Tensor
-    censored: Tensor
-    lag: int = 0
-
-    @property
-    def censored_fraction(self) -> float:
-        return float(self.censored.float().mean())
-
-    def survival(self, t: Tensor) -> Tensor:
-        """``P(T > t)`` for each ``t`` (censored pairs count as not met): bounds ``TV(P^t(x0,.), P^t(y0,.))``."""
-        t = torch.as_tensor(t, device=self.times.device)
-        return ((self.times[None, :] > t[:, None]) | self.censored[None, :]).float().mean(1)
-
-    def quantiles(self, probs: Tensor) -> Tensor:
-        """Quantiles of ``T``; ``inf`` where the quantile falls among the censored pairs."""
-        probs = torch.as_tensor(probs, dtype=torch.float64)
-        values = torch.where(self.censored, math.inf, self.times.double())
-        return values.quantile(probs.to(values.device), interpolation="higher")
-
-    def tv_upper_bound(self, t: Tensor) -> Tensor:
-        """L-lag bound ``min(1, mean max(0, ceil((tau - L - t) / L)))`` on ``TV(mu_0 P^t, pi)`` for each ``t``.
-
-        A censored pair leaves the bound unknown wherever it could contribute (``t < budget - L``); there it is 1.
-        Requires ``lag >= 1``.
-        """
-        if self.lag < 1:
-            raise ValueError("tv_upper_bound needs meeting times from lagged_meeting_times (lag >= 1)")
-        t = torch.as_tensor(t, device=self.times.device, dtype=torch.float64)
-        excess = torch.ceil((self.times.double()[None, :] - self.lag - t[:, None]) / self.lag).clamp_min(0.0)
-        excess = torch.where(self.censored[None, :] & (excess > 0), math.inf, excess)
-        return excess.mean(1).clamp_max(1.0)
-
-
-@dataclass
 class CoupledState:
     """Pairs of chains ``(x, y)``; ``x`` carries the shared schedule and RNG, ``met_at`` is -1 until they meet."""
 
@@ -120,12 +78,13 @@ class CoupledState:
     y: Tensor
     met_at: Tensor
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         return {"x": self.x.state_dict(), "y": self.y.clone(), "met_at": self.met_at.clone()}
 
     @classmethod
-    def from_state_dict(cls, state: dict) -> CoupledState:
-        return cls(x=ChainState.from_state_dict(state["x"]), y=state["y"].clone(), met_at=state["met_at"].clone())
+    def from_state_dict(cls, state: dict[str, Any], device: torch.device | str | None = None) -> CoupledState:
+        x = ChainState.from_state_dict(state["x"], device)
+        return cls(x=x, y=state["y"].to(x.tokens.device).clone(), met_at=state["met_at"].to(x.tokens.device).clone())
 
 
 class CoupledGlauberChains:
@@ -191,7 +150,7 @@ class CoupledGlauberChains:
             self.step(state)
         censored = state.met_at < 0
         times = torch.where(censored, state.x.step, state.met_at)
-        return MeetingTimes(times=times, censored=censored)
+        return MeetingTimes(times=times, censored=censored, max_steps=state.x.step)
 
 
 def meeting_times(sampler: GlauberSampler, x0: Tensor, y0: Tensor, *, max_steps: int, seed: int,
@@ -220,4 +179,4 @@ def lagged_meeting_times(sampler: GlauberSampler, x0: Tensor, y0: Tensor, *, lag
     state = chains.init_state(ahead.tokens, y0, seed=seed, sites=ahead.sites)
     state.x.generator.set_state(ahead.generator.get_state())
     result = chains.run(state, max_steps)
-    return MeetingTimes(times=result.times + lag, censored=result.censored, lag=lag)
+    return MeetingTimes(times=result.times + lag, censored=result.censored, lag=lag, max_steps=result.max_steps)

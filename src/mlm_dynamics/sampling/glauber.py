@@ -18,16 +18,17 @@ not preserve a joint even when one exists (the tests show the bias).
 
 from __future__ import annotations
 
-import math
+import hashlib
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
 
-from .categorical import sample_categorical
-from .denoiser import Denoiser
+from ..models.base import Denoiser
+from .categorical import check_temperature, sample_categorical, tempered_log_probs
 
 ScanOrder = Literal["random", "sweep", "sequential"]
 SCAN_ORDERS: tuple[str, ...] = ("random", "sweep", "sequential")
@@ -77,48 +78,33 @@ class ChainState:
     def num_sites(self) -> int:
         return self.sites.shape[1]
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         return {"tokens": self.tokens.clone(), "sites": self.sites.clone(), "step": self.step,
-                "rng": self.generator.get_state(), "order": None if self.order is None else self.order.clone(),
+                "rng": self.generator.get_state(), "rng_device": self.generator.device.type,
+                "order": None if self.order is None else self.order.clone(),
                 "energy": None if self.energy is None else self.energy.clone()}
 
     @classmethod
-    def from_state_dict(cls, state: dict) -> ChainState:
-        tokens = state["tokens"]
+    def from_state_dict(cls, state: dict[str, Any], device: torch.device | str | None = None) -> ChainState:
+        """Restore chains, on ``device`` (default: where the tokens are).
+
+        On the device type the state was saved from, the random stream continues bit-identically. Generators of
+        different device types have different states (CPU and CUDA streams differ anyway), so moving chains to
+        another device type re-seeds the stream from the saved state, deterministically, with a warning.
+        """
+        tokens = state["tokens"].to(device) if device is not None else state["tokens"]
         generator = torch.Generator(device=tokens.device)
-        generator.set_state(state["rng"])
-        return cls(tokens=tokens.clone(), sites=state["sites"].clone(), generator=generator, step=int(state["step"]),
-                   order=None if state["order"] is None else state["order"].clone(),
-                   energy=None if state["energy"] is None else state["energy"].clone())
-
-
-def check_temperature(temperature: float, hint: str = "") -> float:
-    """``temperature`` as a float, or a ValueError naming it unless it is a finite number > 0."""
-    if not isinstance(temperature, (int, float)) or not math.isfinite(temperature) or temperature <= 0:
-        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}{hint}")
-    return float(temperature)
-
-
-def tempered_log_probs(logits: Tensor, allowed: Tensor, temperature: float, *, top_k: int | None = None,
-                       top_p: float | None = None, dtype: torch.dtype = torch.float32) -> Tensor:
-    """``log softmax(l / tau)`` over the allowed tokens, optionally truncated to the top-k and/or nucleus top-p.
-
-    Args:
-        logits: ``[..., V]``; allowed: ``[V]`` boolean; dtype: computation dtype (float64 for exact sampling).
-
-    Returns:
-        ``[..., V]`` log-probabilities, ``-inf`` outside the support.
-    """
-    scores = (logits.to(dtype) / temperature).masked_fill(~allowed, -math.inf)
-    if top_k is not None and top_k < scores.shape[-1]:
-        kth = scores.topk(top_k, dim=-1).values[..., -1:]
-        scores = scores.masked_fill(scores < kth, -math.inf)
-    if top_p is not None and top_p < 1.0:
-        ordered, order = scores.sort(dim=-1, descending=True)
-        probs = ordered.softmax(-1)
-        drop_sorted = probs.cumsum(-1) - probs >= top_p  # keep the smallest prefix with mass >= top_p
-        scores = scores.masked_fill(drop_sorted.scatter(-1, order, drop_sorted), -math.inf)
-    return scores.log_softmax(-1)
+        if state.get("rng_device", tokens.device.type) == tokens.device.type:
+            generator.set_state(state["rng"].cpu())
+        else:
+            warnings.warn(f"chain state saved with a {state['rng_device']} generator resumes on "
+                          f"{tokens.device.type}: the random stream is re-seeded from the saved state",
+                          stacklevel=2)
+            generator.manual_seed(int.from_bytes(hashlib.sha256(state["rng"].cpu().numpy().tobytes()).digest()[:8],
+                                                 "little") >> 1)
+        moved = {k: None if state[k] is None else state[k].to(tokens.device).clone() for k in ("order", "energy")}
+        return cls(tokens=tokens.clone(), sites=state["sites"].to(tokens.device).clone(), generator=generator,
+                   step=int(state["step"]), **moved)
 
 
 class GlauberSampler(nn.Module):
@@ -137,6 +123,8 @@ class GlauberSampler(nn.Module):
         sampling_dtype: float dtype of the softmax and categorical draw (``torch.float64`` for exact sampling).
         greedy: replace the draw by the arg-max (iterated conditional modes; the zero-temperature limit).
     """
+
+    allowed: Tensor
 
     def __init__(self, denoiser: Denoiser, temperature: float = 1.0, *, top_k: int | None = None,
                  top_p: float | None = None, scan: ScanOrder = "random", block_size: int = 1,
@@ -208,9 +196,11 @@ class GlauberSampler(nn.Module):
             return torch.arange(offset, offset + k, device=device).expand(batch, k)
         if offset == 0:
             state.order = torch.rand(batch, n, generator=state.generator, device=device).argsort(1)
+        assert state.order is not None, "a sweep is resumed only from a state saved with its order"
         return state.order[:, offset:offset + k]
 
     def _energy(self, tokens: Tensor) -> Tensor:
+        assert self.energy is not None
         energy = self.energy(tokens)
         if energy.shape != tokens.shape[:1] or not torch.isfinite(energy).all():
             raise ValueError(f"energy must return finite values of shape [B] = {tuple(tokens.shape[:1])}")
@@ -244,6 +234,7 @@ class GlauberSampler(nn.Module):
         if not changed.any():
             return accepted
         rows = changed.nonzero().squeeze(1)
+        assert state.energy is not None, "init_state caches the energy whenever the sampler has one"
         proposal = state.tokens[rows].scatter(1, positions[rows], new[rows])
         proposal_energy = self._energy(proposal)
         log_reverse = log_q[rows].gather(-1, old[rows, :, None]).squeeze(-1).sum(1)
@@ -262,31 +253,3 @@ class GlauberSampler(nn.Module):
 
     def forward(self, state: ChainState) -> StepRecord:
         return self.step(state)
-
-
-class PseudoLogLikelihoodEnergy:
-    """``E(x) = -sum_{i in sites} log softmax(l_i(x_{-i}))[x_i]`` (the negative pseudo-log-likelihood at tau = 1).
-
-    Args:
-        sites: ``[B, n]`` or ``[n]`` positions summed over; ``None`` uses the non-frame positions of each input.
-        chunk_size: forward rows per batch.
-
-    Cost: ``n`` masked forward rows per sequence, batched ``chunk_size`` rows at a time.
-    """
-
-    def __init__(self, denoiser: Denoiser, *, sites: Tensor | None = None, chunk_size: int = 256) -> None:
-        if chunk_size < 1:
-            raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-        self.denoiser, self.sites, self.chunk_size = denoiser, sites, chunk_size
-
-    @torch.no_grad()
-    def __call__(self, tokens: Tensor) -> Tensor:
-        sites = self.denoiser.resampleable_sites(tokens) if self.sites is None else self.sites
-        sites = sites.to(tokens.device).expand(tokens.shape[0], -1)
-        batch, n = sites.shape
-        rows = tokens.repeat_interleave(n, 0)
-        positions = sites.reshape(-1, 1)
-        allowed = self.denoiser.vocab.allowed_mask(tokens.device)
-        logits = self.denoiser.chunked_conditional_logits(rows, positions, self.chunk_size)[:, 0]
-        log_p = logits.masked_fill(~allowed, -math.inf).log_softmax(-1)
-        return -log_p.gather(1, rows.gather(1, positions)).view(batch, n).sum(1)

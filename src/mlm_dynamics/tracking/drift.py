@@ -5,20 +5,18 @@ Hitting time of a threshold delta: ``T_delta = inf{t : D_t >= delta}``, observed
 embedding is computed (every ``every`` steps), so it overestimates the exact hitting time by less than ``every``;
 chains that have not hit by the budget are censored.
 
-Fast mixing predicts ``E T ~ C(tau) n log n`` with bounded ``C(tau)``; :func:`fit_n_log_n` estimates
-``C = sum_k T_k n_k log n_k / sum_k (n_k log n_k)^2`` (least squares through the origin).
+Fast mixing predicts ``E T ~ C(tau) n log n`` with bounded ``C(tau)``; see :mod:`mlm_dynamics.diagnostics.scaling`.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
-from .coupling import MeetingTimes
-from .embedding import Embedder, cosine_distance
+from ..diagnostics.meeting import HittingTimes
+from ..embedders.base import Embedder, cosine_distance
 
 
 class DriftTracker:
@@ -55,6 +53,7 @@ class DriftTracker:
         self.last_step = step
         if not self.due(step):
             return None
+        assert self.hit_at is not None  # set by start() with the reference
         self.latest_embeddings = self.embedder(tokens)
         drift = cosine_distance(self.latest_embeddings, self.reference)
         newly = (self.hit_at < 0) & (drift[None, :] >= self.thresholds[:, None])
@@ -62,10 +61,13 @@ class DriftTracker:
         self.latest = drift
         return drift
 
-    def hitting_times(self) -> list[MeetingTimes]:
-        """One :class:`~mlm_dynamics.coupling.MeetingTimes` per threshold, censored at the steps run so far."""
+    def hitting_times(self) -> list[HittingTimes]:
+        """One :class:`~mlm_dynamics.diagnostics.HittingTimes` per threshold, censored at the steps run so far."""
+        if self.hit_at is None:
+            raise RuntimeError("call start(tokens) before hitting_times")
         budget = self.last_step - self.start_step
-        return [MeetingTimes(times=torch.where(row < 0, budget, row), censored=row < 0) for row in self.hit_at]
+        return [HittingTimes(times=torch.where(row < 0, budget, row), censored=row < 0, max_steps=budget)
+                for row in self.hit_at]
 
     def state_dict(self) -> dict:
         return {"reference": self.reference, "hit_at": self.hit_at, "start_step": self.start_step,
@@ -74,34 +76,3 @@ class DriftTracker:
     def load_state_dict(self, state: dict) -> None:
         self.reference, self.hit_at, self.latest = state["reference"], state["hit_at"], state["latest"]
         self.start_step, self.last_step = state["start_step"], state["last_step"]
-
-
-def fit_n_log_n(num_sites: Sequence[int], mean_times: Sequence[float]) -> tuple[float, float]:
-    """``(C, R^2)`` of the fit ``T = C n log n`` through the origin."""
-    n = torch.tensor(list(num_sites), dtype=torch.float64)
-    times = torch.tensor(list(mean_times), dtype=torch.float64)
-    if len(n) != len(times) or len(n) == 0 or (n < 2).any():
-        raise ValueError("num_sites and mean_times must be equal-length, non-empty, with every n >= 2")
-    scale = n * n.log()
-    slope = float((times * scale).sum() / (scale * scale).sum())
-    residual = ((times - slope * scale) ** 2).sum()
-    total = ((times - times.mean()) ** 2).sum()
-    r_squared = float(1 - residual / total) if total > 0 else math.nan
-    return slope, r_squared
-
-
-def fit_by_temperature(times: dict[float, dict[int, MeetingTimes]]) -> dict[float, dict]:
-    """For each tau: ``C(tau)`` from the mean uncensored times per n, plus the censored fraction.
-
-    With censoring the mean, and so ``C(tau)``, is a lower estimate (reported as ``censored_fraction > 0``).
-    """
-    fits = {}
-    for tau, by_n in sorted(times.items()):
-        ns = sorted(by_n)
-        means = [float(by_n[n].times[~by_n[n].censored].double().mean()) if (~by_n[n].censored).any() else math.nan
-                 for n in ns]
-        usable = [(n, m) for n, m in zip(ns, means) if math.isfinite(m)]
-        slope, r_squared = fit_n_log_n(*zip(*usable)) if usable else (math.nan, math.nan)
-        censored = torch.cat([by_n[n].censored for n in ns]).float().mean().item()
-        fits[tau] = {"C": slope, "r_squared": r_squared, "censored_fraction": censored, "mean_times": dict(zip(ns, means))}
-    return fits

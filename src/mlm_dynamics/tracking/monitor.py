@@ -17,12 +17,12 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from .denoiser import Denoiser
+from ..diagnostics.convergence import ess, rhat
+from ..diagnostics.margins import local_margins
+from ..embedders.base import Embedder
+from ..models.base import Denoiser
+from ..sampling.glauber import ChainState
 from .drift import DriftTracker
-from .embedding import Embedder
-from .glauber import ChainState
-from .margin import local_margins
-from .stats import effective_sample_size, split_rhat
 from .traps import TopicAttraction, TrapTracker
 
 
@@ -71,6 +71,8 @@ class ChainMonitor:
         if drift is None:
             return None
         p = self.prefix
+        embeddings, hit_at = self.drift.latest_embeddings, self.drift.hit_at
+        assert embeddings is not None and hit_at is not None  # set by every due observation
         hamming = (state.tokens != self.start_tokens).sum(1).double()
         metrics = {f"{p}drift_mean": float(drift.mean()), f"{p}drift_max": float(drift.max()),
                    f"{p}hamming_to_start": float(hamming.mean())}
@@ -79,30 +81,27 @@ class ChainMonitor:
         if len(self.projections["drift"]) >= 4 and state.tokens.shape[0] > 1:
             for name, values in self.projections.items():
                 draws = torch.stack(values, 1)  # [B, observations]
-                metrics[f"{p}rhat_{name}"] = split_rhat(draws)
-                metrics[f"{p}ess_{name}"] = effective_sample_size(draws)
-        for threshold, hit in zip(self.drift.thresholds.tolist(), self.drift.hit_at):
-            metrics[f"{p}hit_fraction@{threshold:g}"] = float((hit >= 0).float().mean())
+                metrics[f"{p}rhat_{name}"] = float(rhat(draws))
+                metrics[f"{p}ess_{name}"] = float(ess(draws))
+        for threshold, hit in zip(self.drift.thresholds.tolist(), hit_at, strict=True):
+            metrics[f"{p}hit_fraction_d{threshold:g}"] = float((hit >= 0).float().mean())
         margin = None
         if self.margin_denoiser is not None:
             margins = local_margins(self.margin_denoiser, state.tokens, sites=state.sites)
             margin = margins.margin.mean(1)
-            metrics[f"{p}margin_mean"] = float(margin.mean())
-            metrics[f"{p}step_escape_bound"] = float(margins.step_escape_bound(self.temperature).mean())
-        if self.traps is not None or self.topics is not None:
-            embeddings = self.drift.latest_embeddings
-            if self.traps is not None:
-                trapped = self.traps.observe(state.step, embeddings, state.tokens, margin)
-                metrics[f"{p}trap_rate"] = float(trapped.float().mean())
-                metrics[f"{p}num_basins"] = float(len(self.traps.basin_visits))
-                metrics[f"{p}recurrent_basins"] = float(len(self.traps.recurrent_basins))
-                dwell = self.traps.dwell_times(include_open=True)
-                if dwell.numel():
-                    metrics[f"{p}dwell_mean"] = float(dwell.mean())
-            if self.topics is not None:
-                self.topics.observe(embeddings)
-                for name, fraction in self.topics.fractions().items():
-                    metrics[f"{p}topic/{name}"] = fraction
+            metrics.update({f"{p}{k}": v for k, v in margins.summary(self.temperature).items()})
+        if self.traps is not None:
+            trapped = self.traps.observe(state.step, embeddings, state.tokens, margin)
+            metrics[f"{p}trap_rate"] = float(trapped.float().mean())
+            metrics[f"{p}num_basins"] = float(len(self.traps.basin_visits))
+            metrics[f"{p}recurrent_basins"] = float(len(self.traps.recurrent_basins))
+            dwell = self.traps.dwell_times(include_open=True)
+            if dwell.numel():
+                metrics[f"{p}dwell_time_mean"] = float(dwell.mean())
+        if self.topics is not None:
+            self.topics.observe(embeddings)
+            for name, fraction in self.topics.fractions().items():
+                metrics[f"{p}topic/{name}"] = fraction
         self.history.append({"step": state.step, **metrics})
         for logger in self.loggers:
             logger.log_metrics(metrics, step=state.step)

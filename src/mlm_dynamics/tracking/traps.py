@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import Tensor
 
-from .embedding import cosine_distance
+from ..embedders.base import cosine_distance
 
 
 @dataclass
@@ -40,7 +40,8 @@ class TrapTracker:
     def __init__(self, *, radius: float = 0.05, dwell: int = 100, hamming_radius: int | None = None,
                  basin_radius: float = 0.1) -> None:
         if not 0 < radius < 2 or not 0 < basin_radius < 2:
-            raise ValueError(f"radius and basin_radius must be cosine distances in (0, 2), got {radius}, {basin_radius}")
+            raise ValueError(f"radius and basin_radius must be cosine distances in (0, 2), got {radius}, "
+                             f"{basin_radius}")
         if dwell < 1:
             raise ValueError(f"dwell must be >= 1 step, got {dwell}")
         if hamming_radius is not None and hamming_radius < 0:
@@ -63,9 +64,11 @@ class TrapTracker:
             self._reset_anchor(torch.ones(len(embeddings), dtype=torch.bool), step, embeddings, tokens)
             self.open_event = [None] * len(embeddings)
         self.now = step
-        inside = cosine_distance(embeddings, self.anchor) <= self.radius
+        anchor, anchor_step = self.anchor, self.anchor_step
+        assert anchor is not None and anchor_step is not None  # set by the first observation
+        inside = cosine_distance(embeddings, anchor) <= self.radius
         if self.hamming_radius is not None:
-            if tokens is None:
+            if tokens is None or self.anchor_tokens is None:
                 raise ValueError("tokens are required when hamming_radius is set")
             inside &= (tokens.cpu() != self.anchor_tokens).sum(1) <= self.hamming_radius
         for chain in (~inside).nonzero().squeeze(1).tolist():
@@ -73,17 +76,17 @@ class TrapTracker:
                 self.events[self.open_event[chain]].exit_step = step
                 self.open_event[chain] = None
         self._reset_anchor(~inside, step, embeddings, tokens)
-        ready = inside & (step - self.anchor_step >= self.dwell)
+        ready = inside & (step - anchor_step >= self.dwell)
         for chain in ready.nonzero().squeeze(1).tolist():
             if self.open_event[chain] is None:
-                basin = self._assign_basin(self.anchor[chain])
+                basin = self._assign_basin(anchor[chain])
                 evidence = None if margin is None else float(margin[chain])
-                self.events.append(TrapEvent(chain, basin, int(self.anchor_step[chain]), margin=evidence))
+                self.events.append(TrapEvent(chain, basin, int(anchor_step[chain]), margin=evidence))
                 self.open_event[chain] = len(self.events) - 1
         return self.trapped
 
     def _reset_anchor(self, where: Tensor, step: int, embeddings: Tensor, tokens: Tensor | None) -> None:
-        if self.anchor is None:
+        if self.anchor is None or self.anchor_step is None:
             self.anchor = embeddings.clone()
             self.anchor_step = torch.full((len(embeddings),), step, dtype=torch.long)
             self.anchor_tokens = None if tokens is None else tokens.cpu().clone()
@@ -125,7 +128,8 @@ class TrapTracker:
                 "basins": self.basins, "basin_visits": list(self.basin_visits), "now": self.now}
 
     def load_state_dict(self, state: dict) -> None:
-        self.anchor, self.anchor_tokens, self.anchor_step = state["anchor"], state["anchor_tokens"], state["anchor_step"]
+        self.anchor, self.anchor_tokens = state["anchor"], state["anchor_tokens"]
+        self.anchor_step = state["anchor_step"]
         self.open_event, self.basins = list(state["open_event"]), state["basins"]
         self.events = [TrapEvent(**e) for e in state["events"]]
         self.basin_visits, self.now = list(state["basin_visits"]), state["now"]

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .denoiser import MaskedLMDenoiser
+from ..models.huggingface import MaskedLMDenoiser
 
 
 class MaskedDenoiserModule(L.LightningModule):
@@ -31,7 +31,7 @@ class MaskedDenoiserModule(L.LightningModule):
         chosen = free & (torch.rand(tokens.shape, device=tokens.device) < self.mask_rate)
         first_free = free.float().argmax(1)
         chosen[torch.arange(len(tokens)), first_free] |= ~chosen.any(1)
-        masked = tokens.masked_fill(chosen, self.denoiser.vocab.mask_id)
+        masked = tokens.masked_fill(chosen, self.denoiser.mask_id)
         hidden = self.denoiser.encoder(input_ids=masked).last_hidden_state
         logits = self.denoiser.head(hidden[chosen])
         target = tokens[chosen]

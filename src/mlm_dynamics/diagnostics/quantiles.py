@@ -1,0 +1,72 @@
+"""The one quantile convention of the project, and the one way quantiles are named in reports and logged metrics.
+
+Convention: linear interpolation between order statistics (Hyndman & Fan type 7, the default of NumPy, R and
+``torch.quantile``): for sorted values ``v_0 <= ... <= v_{N-1}`` and level ``p``, with ``h = p (N - 1)``,
+
+    Q(p) = v_floor(h) + (h - floor(h)) (v_ceil(h) - v_floor(h)).
+
+Censored values (known only to exceed a budget) enter as ``+inf``: ``Q(p)`` is ``inf`` exactly when it depends on a
+censored value, i.e. is unknown. Reports never show ``inf``: :func:`quantile_summary` writes the budget there (a
+finite lower bound) beside the censored fraction.
+
+Names: level 0.5 is ``{name}_median``, any other level ``{name}_q{100 p}`` (``q90``, ``q99``, ``q2.5``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+DEFAULT_LEVELS: tuple[float, ...] = (0.5, 0.9)
+
+
+def check_levels(levels: Sequence[float]) -> tuple[float, ...]:
+    """``levels`` as a tuple, or a ValueError unless it is a non-empty sequence of numbers in [0, 1]."""
+    levels = tuple(levels)
+    if not levels or any(isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 1 for p in levels):
+        raise ValueError(f"quantile levels must be a non-empty sequence of numbers in [0, 1], got {list(levels)}")
+    return tuple(float(p) for p in levels)
+
+
+def quantile_key(level: float) -> str:
+    """``"median"`` for 0.5, else ``"q{100 p}"`` (``0.9 -> "q90"``, ``0.025 -> "q2.5"``)."""
+    return "median" if level == 0.5 else f"q{100 * level:g}"
+
+
+def quantiles(values: Tensor, levels: Sequence[float], censored: Tensor | None = None) -> Tensor:
+    """Type-7 quantiles of ``values [..., N]`` along the last axis, shape ``[..., len(levels)]`` (float64).
+
+    ``censored [..., N]`` marks values known only to exceed the recorded one: quantiles that depend on them are
+    ``inf``. Empty inputs (``N = 0``) give ``nan``. Cost: one sort of ``N`` per leading index.
+    """
+    levels = check_levels(levels)
+    data = values.double()
+    if censored is not None:
+        data = data.masked_fill(censored.bool(), math.inf)
+    num = data.shape[-1]
+    if num == 0:
+        return torch.full((*data.shape[:-1], len(levels)), math.nan, dtype=torch.float64, device=data.device)
+    ordered = data.sort(-1).values
+    h = torch.tensor(levels, dtype=torch.float64, device=data.device) * (num - 1)
+    low, high = h.floor().long(), h.ceil().long()
+    lower = ordered[..., low]
+    upper = ordered[..., high]
+    weight = (h - low).expand_as(lower)
+    # upper == lower also covers inf == inf, where the lerp formula would give nan
+    return torch.where((upper == lower) | (weight == 0), lower, lower + weight * (upper - lower))
+
+
+def quantile_summary(name: str, values: Tensor, levels: Sequence[float] = DEFAULT_LEVELS,
+                     censored: Tensor | None = None, budget: float | None = None) -> dict[str, float]:
+    """``{f"{name}_{quantile_key(p)}": Q(p)}`` for 1-D ``values``; unknown (censored) quantiles become ``budget``."""
+    levels = check_levels(levels)
+    if censored is not None and budget is None:
+        raise ValueError("budget is required with censored values (reports never hold inf)")
+    result = quantiles(values.flatten(), levels, None if censored is None else censored.flatten())
+    out = {}
+    for level, value in zip(levels, result.tolist(), strict=True):
+        out[f"{name}_{quantile_key(level)}"] = float(budget) if math.isinf(value) and budget is not None else value
+    return out

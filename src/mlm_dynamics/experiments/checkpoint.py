@@ -1,0 +1,127 @@
+"""Checkpoints that survive kills and bad disks, cannot run code, and refuse to resume the wrong run.
+
+File format: the magic line ``MLMDYN-CHECKPOINT 1``, one JSON header line ``{"sha256", "fingerprint", "step"}``,
+then a ``torch.save`` payload of tensors and plain containers. Writing goes to a temporary file in the same
+directory, is flushed and fsynced, then renamed over the old checkpoint (``os.replace`` is atomic), so a kill at
+any moment leaves either the previous or the new checkpoint, never a truncated one. Loading verifies the SHA-256 of
+the payload and the fingerprint (config and start state) before unpickling with ``weights_only=True``: tensors,
+numbers, strings and containers only, so a checkpoint carrying a pickled callable is refused.
+
+:class:`OutputLock` keeps two runs from writing into one output directory at the same time (``flock`` on
+``OUT/.lock``, released by the kernel when the process dies, so a killed run leaves no stale lock).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import io
+import json
+import os
+from pathlib import Path
+from typing import IO, Any
+
+import torch
+
+from .._io import atomic_write
+
+MAGIC = b"MLMDYN-CHECKPOINT 1\n"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint is missing, corrupted, unsafe or belongs to another run; the message names the file."""
+
+
+def fingerprint(value: Any) -> str:
+    """SHA-256 of a JSON-ready value or of tensors (their bytes, dtype and shape), as hex."""
+    digest = hashlib.sha256()
+
+    def feed(item: Any) -> None:
+        if isinstance(item, torch.Tensor):
+            tensor = item.detach().cpu().contiguous()
+            digest.update(f"tensor:{tensor.dtype}:{tuple(tensor.shape)}:".encode())
+            digest.update(tensor.numpy().tobytes())
+        elif isinstance(item, dict):
+            for key in sorted(item):
+                digest.update(f"key:{key}:".encode())
+                feed(item[key])
+        elif isinstance(item, (list, tuple)):
+            digest.update(f"seq:{len(item)}:".encode())
+            for element in item:
+                feed(element)
+        else:
+            digest.update(f"{type(item).__name__}:{json.dumps(item)}:".encode())
+
+    feed(value)
+    return digest.hexdigest()
+
+
+def save_checkpoint(path: Path, payload: dict[str, Any], *, fingerprints: dict[str, str], step: int) -> None:
+    """Atomically write ``payload`` (tensors and plain containers) with its hash and ``fingerprints``."""
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
+    data = buffer.getvalue()
+    header = json.dumps({"sha256": hashlib.sha256(data).hexdigest(), "fingerprint": fingerprints, "step": step})
+    atomic_write(path, MAGIC + header.encode() + b"\n" + data)
+
+
+def load_checkpoint(path: Path, *, fingerprints: dict[str, str], map_location: torch.device | str = "cpu"
+                    ) -> tuple[dict[str, Any], int]:
+    """``(payload, step)`` of a checkpoint written by :func:`save_checkpoint`, verified against ``fingerprints``."""
+    if not path.is_file():
+        raise CheckpointError(f"--resume: no checkpoint at {path}" if not path.exists() else
+                              f"--resume: {path} is not a file")
+    raw = path.read_bytes()
+    if not raw.startswith(MAGIC):
+        raise CheckpointError(f"checkpoint {path} is not an mlm_dynamics checkpoint (empty, truncated or foreign)")
+    header_line, separator, data = raw[len(MAGIC):].partition(b"\n")
+    try:
+        header = json.loads(header_line)
+        expected_hash, saved, step = header["sha256"], header["fingerprint"], int(header["step"])
+    except (ValueError, KeyError, TypeError) as error:
+        raise CheckpointError(f"checkpoint {path} has a damaged header: {error}") from None
+    if not separator or hashlib.sha256(data).hexdigest() != expected_hash:
+        raise CheckpointError(f"checkpoint {path} is corrupted: its content does not match the SHA-256 stored in "
+                              "its header (truncated write or changed bytes)")
+    differing = sorted(key for key in set(saved) | set(fingerprints) if saved.get(key) != fingerprints.get(key))
+    if differing:
+        raise CheckpointError(f"checkpoint {path} belongs to a different run: {', '.join(differing)} differ from "
+                              "this run's (resume with the same config and start sequences)")
+    try:
+        payload = torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
+    except Exception as error:  # unpickling refused: the file holds objects other than tensors and containers
+        raise CheckpointError(f"checkpoint {path} holds objects that are not tensors or plain containers and is "
+                              f"not loaded (it could run code): {error}") from None
+    return payload, step
+
+
+class OutputLock:
+    """Exclusive lock on ``OUT/.lock`` for the lifetime of a job; a second job into the same ``OUT`` is refused."""
+
+    def __init__(self, out_dir: Path) -> None:
+        self.path = out_dir / ".lock"
+        self.handle: IO[str] | None = None
+
+    def __enter__(self) -> OutputLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        handle = self.path.open("a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            owner = handle.read().strip() or "another process"
+            handle.close()
+            raise CheckpointError(f"--out {self.path.parent} is in use by {owner}; wait for it or choose another "
+                                  "--out") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()}")
+        handle.flush()
+        self.handle = handle
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.handle is not None:
+            fcntl.flock(self.handle, fcntl.LOCK_UN)
+            self.handle.close()
+            self.handle = None

@@ -1,0 +1,51 @@
+"""Pieces every job shares: the model from its config, start sequences, the resampled window."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from ..models.base import Denoiser
+from ..models.huggingface import MaskedLMDenoiser, TextCodec
+from ..models.pretrained import EXAMPLE_ANTIBODIES, ResidueCodec, load_antiberty
+from .config import ConfigError, ModelConfig, check_device
+
+Codec = TextCodec | ResidueCodec
+
+
+def build_model(spec: ModelConfig) -> tuple[Denoiser, Codec]:
+    """The denoiser and its codec (``encode``/``decode``) described by ``spec`` (validated already)."""
+    device = check_device("model.device", spec.device)
+    if spec.source == "antiberty":
+        return load_antiberty(device=device, num_layers=spec.num_layers)
+    if spec.num_layers is not None:
+        raise ConfigError("model.num_layers applies to the bundled antiberty only; use a smaller model instead")
+    assert spec.name_or_path is not None  # checked by ModelConfig.validate
+    return MaskedLMDenoiser.from_pretrained(spec.name_or_path, device=device)
+
+
+def start_tokens(sequences: Sequence[str] | None, num_chains: int, codec: Codec) -> Tensor:
+    """``[num_chains, L]`` ids of ``sequences`` cycled over the chains (default: the first bundled antibody)."""
+    texts = list(sequences) if sequences is not None else [EXAMPLE_ANTIBODIES[0]]
+    try:
+        encoded = [codec.encode(text) for text in texts]
+    except ValueError as error:
+        raise ConfigError(f"chains.sequences: {error}") from None
+    lengths = sorted({len(e) for e in encoded})
+    if len(lengths) != 1:
+        raise ConfigError(f"chains.sequences must encode to equal lengths (chains run as one batch), got {lengths}")
+    return torch.tensor([encoded[c % len(encoded)] for c in range(num_chains)])
+
+
+def window_sites(denoiser: Denoiser, tokens: Tensor, window: Sequence[int] | None) -> Tensor:
+    """The resampleable positions ``[B, n]``, restricted to the ``[start, stop)`` slice ``window`` of them."""
+    sites = denoiser.resampleable_sites(tokens)
+    if window is None:
+        return sites
+    start, stop = window
+    if stop > sites.shape[1]:
+        raise ConfigError(f"chains.window must lie within the {sites.shape[1]} resampleable positions of the start "
+                          f"sequences, got {list(window)}")
+    return sites[:, start:stop]

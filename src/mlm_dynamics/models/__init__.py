@@ -1,0 +1,18 @@
+"""Models behind the one protocol: :class:`Denoiser` (tokens ``[B, L]`` x positions ``[B, K]`` -> logits ``[B, K, V]``).
+
+- :mod:`.base`: the protocol and :class:`VocabInfo`;
+- :mod:`.huggingface`: Hugging Face masked LMs with the head applied at the asked positions only;
+- :mod:`.full_sequence`: any model returning full-sequence logits (masked-diffusion denoisers);
+- :mod:`.toy`, :mod:`.exact`: pairwise MRFs with exact conditionals and exact Glauber kernels, for validation;
+- :mod:`.pretrained`: real weights that load offline from registry packages (AntiBERTy).
+"""
+
+from .base import Denoiser, VocabInfo, mask_positions
+from .full_sequence import FullSequenceDenoiser
+from .huggingface import MaskedLMDenoiser, TextCodec
+from .pretrained import AMINO_ACIDS, EXAMPLE_ANTIBODIES, ResidueCodec, antiberty_weights_dir, load_antiberty
+from .toy import PairwiseMRFDenoiser, enumerate_states
+
+__all__ = ["AMINO_ACIDS", "EXAMPLE_ANTIBODIES", "Denoiser", "FullSequenceDenoiser", "MaskedLMDenoiser",
+           "PairwiseMRFDenoiser", "ResidueCodec", "TextCodec", "VocabInfo", "antiberty_weights_dir",
+           "enumerate_states", "load_antiberty", "mask_positions"]

@@ -1,0 +1,116 @@
+"""Hugging Face ``*ForMaskedLM`` models as :class:`~mlm_dynamics.models.Denoiser`; the head runs where asked only."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .base import Denoiser, VocabInfo, mask_positions
+
+Head = Callable[[Tensor], Tensor]
+
+
+def _bert_head(model: Any) -> Head:
+    return model.cls
+
+
+def _roberta_head(model: Any) -> Head:
+    return model.lm_head
+
+
+def _distilbert_head(model: Any) -> Head:
+    return lambda h: model.vocab_projector(model.vocab_layer_norm(model.activation(model.vocab_transform(h))))
+
+
+def _modernbert_head(model: Any) -> Head:
+    return lambda h: model.decoder(model.head(h))
+
+
+# The prediction head of each masked-LM family, as it is applied in that family's ``forward`` in transformers.
+_LM_HEADS: dict[str, Callable[[Any], Head]] = {
+    "bert": _bert_head,
+    "roberta": _roberta_head,
+    "xlm-roberta": _roberta_head,
+    "camembert": _roberta_head,
+    "distilbert": _distilbert_head,
+    "modernbert": _modernbert_head,
+}
+_ROBERTA_FAMILY = ("roberta", "xlm-roberta", "camembert")
+_PLACEHOLDER = re.compile(r"\[unused\d+\]")
+
+
+class MaskedLMDenoiser(Denoiser):
+    """A Hugging Face ``*ForMaskedLM`` model as a :class:`Denoiser`.
+
+    Runs the encoder on the masked input, gathers the hidden states at the requested positions and applies the LM
+    head there only: ``logits = head(encoder(x_masked)[b, P[b, k]])``. Cost: one encoder forward of ``B x L`` plus a
+    head of ``B x K`` rows, instead of the ``B x L x V`` logits ``model(x).logits`` would build.
+
+    Supported families: BERT, RoBERTa (and XLM-R, CamemBERT), DistilBERT, ModernBERT.
+    """
+
+    model: Any
+    encoder: Any
+    head: Head
+
+    def __init__(self, model: Any, *, mask_id: int | None, special_ids: Sequence[int] = (),
+                 frame_ids: Sequence[int] = ()) -> None:
+        super().__init__()
+        model_type = getattr(model.config, "model_type", None)
+        if model_type not in _LM_HEADS:
+            raise ValueError(f"model: unsupported masked-LM family {model_type!r}; supported: {sorted(_LM_HEADS)}. "
+                             "Wrap other models with FullSequenceDenoiser.")
+        if mask_id is None:
+            raise ValueError("mask_id: the model/tokenizer defines no mask token, so masked conditionals are undefined")
+        self.mask_id: int = mask_id
+        self.model = model.eval()
+        self.encoder = model.base_model
+        self.head = _LM_HEADS[model_type](model)
+        max_length = getattr(model.config, "max_position_embeddings", None)
+        if model_type in _ROBERTA_FAMILY and max_length is not None:
+            max_length -= model.config.pad_token_id + 1  # RoBERTa position ids start after the padding index
+        vocab_size = model.get_output_embeddings().out_features
+        forbidden = sorted({mask_id, *special_ids} & set(range(vocab_size)))
+        self.vocab = VocabInfo(size=vocab_size, mask_id=mask_id, forbidden_ids=tuple(forbidden),
+                               frame_ids=tuple(sorted(set(frame_ids))), max_length=max_length)
+
+    def _masked_logits(self, tokens: Tensor, positions: Tensor) -> Tensor:
+        masked = mask_positions(tokens.long(), positions, self.mask_id)
+        hidden = self.encoder(input_ids=masked).last_hidden_state
+        picked = hidden.gather(1, positions[..., None].expand(-1, -1, hidden.shape[-1]))
+        return self.head(picked).float()
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str, *, device: str | torch.device = "cpu",
+                        dtype: torch.dtype = torch.float32) -> tuple[MaskedLMDenoiser, TextCodec]:
+        """Load ``AutoModelForMaskedLM`` and ``AutoTokenizer`` from a hub name or local directory.
+
+        Never proposed: the tokenizer's special tokens and BERT-style placeholder tokens ``[unusedN]``.
+        """
+        from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+        model = AutoModelForMaskedLM.from_pretrained(name_or_path, dtype=dtype)
+        frame = [t for t in (tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id,
+                             tokenizer.bos_token_id, tokenizer.eos_token_id) if t is not None]
+        placeholders = [i for token, i in tokenizer.get_vocab().items() if _PLACEHOLDER.fullmatch(token)]
+        denoiser = cls(model, mask_id=tokenizer.mask_token_id,
+                       special_ids=[*tokenizer.all_special_ids, *placeholders], frame_ids=frame).to(device)
+        return denoiser, TextCodec(tokenizer)
+
+
+class TextCodec:
+    """Text <-> ids through a Hugging Face tokenizer (special tokens added on encode, kept out on decode)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text)["input_ids"])
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return str(self.tokenizer.decode(list(ids), skip_special_tokens=True))

@@ -1,0 +1,46 @@
+"""Writing results: JSON (unbounded values as ``null``: JSON has no infinity) and CSV, both atomically."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .._io import atomic_write
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` with non-finite floats (censored, unbounded, undefined) replaced by ``None``, recursively."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    return value
+
+
+def finite(metrics: Mapping[str, float]) -> dict[str, float]:
+    """The entries of ``metrics`` with finite values: what loggers receive (TensorBoard warns on inf and nan)."""
+    return {k: float(v) for k, v in metrics.items() if math.isfinite(float(v))}
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (temporary file in the same directory, fsync, rename)."""
+    atomic_write(path, text.encode("utf-8"))
+
+
+def write_json(path: Path, data: Any) -> None:
+    write_text(path, json.dumps(jsonable(data), indent=2) + "\n")
+
+
+def write_csv(path: Path, rows: Sequence[Mapping[str, Any]], fieldnames: Sequence[str]) -> None:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(fieldnames), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    write_text(path, buffer.getvalue())

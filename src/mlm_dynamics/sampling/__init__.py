@@ -1,0 +1,17 @@
+"""Samplers: tempered categorical draws, batched Glauber chains (with optional MH correction) and coupled chains."""
+
+from .categorical import check_temperature, sample_categorical, tempered_log_probs
+from .coupling import (
+                       CoupledGlauberChains,
+                       CoupledState,
+                       lagged_meeting_times,
+                       maximal_coupling,
+                       meeting_times,
+                       randomize_sites,
+)
+from .energy import PseudoLogLikelihoodEnergy
+from .glauber import SCAN_ORDERS, ChainState, GlauberSampler, StepRecord
+
+__all__ = ["SCAN_ORDERS", "ChainState", "CoupledGlauberChains", "CoupledState", "GlauberSampler",
+           "PseudoLogLikelihoodEnergy", "StepRecord", "check_temperature", "lagged_meeting_times", "maximal_coupling",
+           "meeting_times", "randomize_sites", "sample_categorical", "tempered_log_probs"]

@@ -1,0 +1,7 @@
+"""Online, framework-free tracking of running chains: drift, traps, basins, topics, and :class:`ChainMonitor`."""
+
+from .drift import DriftTracker
+from .monitor import ChainMonitor
+from .traps import TopicAttraction, TrapEvent, TrapTracker
+
+__all__ = ["ChainMonitor", "DriftTracker", "TopicAttraction", "TrapEvent", "TrapTracker"]
