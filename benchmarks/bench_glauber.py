@@ -16,7 +16,6 @@ Usage: python benchmarks/bench_glauber.py [--batch 32] [--length 128] [--repeats
 from __future__ import annotations
 
 import argparse
-import json
 import gc
 import statistics
 import time

@@ -1,6 +1,7 @@
 """Denoising fine-tune of the pretrained AntiBERTy MLM with every diagnostic callback attached (CPU, ~2 minutes).
 
     python examples/finetune_antiberty_with_diagnostics.py --steps 20 --layers 2 --wandb
+    python examples/finetune_antiberty_with_diagnostics.py --smoke     # seconds: the plumbing only
 
 Logs to CSV and TensorBoard under ``--out`` (and W&B offline with ``--wandb``): meeting times and coalescence of
 coupled chains, rectangle prevalence, Dobrushin coefficients and tau*, drift of long-run chains, traps and margins.
@@ -28,17 +29,21 @@ def main(argv: list[str] | None = None) -> L.Trainer:
     parser.add_argument("--every", type=int, default=10, help="run the diagnostics every N optimizer steps")
     parser.add_argument("--wandb", action="store_true", help="also log to W&B in offline mode")
     parser.add_argument("--out", type=Path, default=Path("runs/finetune"))
+    parser.add_argument("--smoke", action="store_true", help="2 steps of a 1-layer model (seconds)")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.steps, args.layers, args.every = 2, 1, 1
 
     denoiser, codec = load_antiberty(num_layers=args.layers)
     length = min(len(s) for s in EXAMPLE_ANTIBODIES)
     data = torch.tensor([codec.encode(s[:length]) for s in EXAMPLE_ANTIBODIES])
     common = dict(every_n_train_steps=args.every, on_validation_end=False, num_starts=2)
-    callbacks = [MixingDiagnostics(max_steps=50, **common),
+    chain_steps = 4 if args.smoke else 20
+    callbacks = [MixingDiagnostics(max_steps=5 if args.smoke else 50, **common),
                  RectangleTest(pairs_per_context=2, num_tokens=3, max_distance=3, **common),
-                 InfluenceProbe(temperatures=(0.5, 1.0, 2.0), max_sites=6, **common),
-                 SemanticDrift(steps_per_run=20, every=5, codec=codec, seed=1, **common),
-                 TrapDetector(steps_per_run=20, every=5, dwell=10, radius=0.01, with_margins=True, codec=codec,
+                 InfluenceProbe(temperatures=(0.5, 1.0, 2.0), max_sites=3 if args.smoke else 6, **common),
+                 SemanticDrift(steps_per_run=chain_steps, every=2, codec=codec, seed=1, **common),
+                 TrapDetector(steps_per_run=chain_steps, every=2, dwell=10, radius=0.01, with_margins=True, codec=codec,
                               **common)]
     loggers = [CSVLogger(args.out, name="csv"), TensorBoardLogger(args.out, name="tb")]
     if args.wandb:

@@ -16,9 +16,8 @@ import yaml
 from lightning.pytorch.loggers import CSVLogger
 
 from mlm_dynamics import GlauberSampler, MaskedLMDenoiser
-from mlm_dynamics.embedding import SentenceEmbedder, default_sentence_model_path
-from mlm_dynamics.monitor import ChainMonitor
-from mlm_dynamics.traps import TopicAttraction, TrapTracker
+from mlm_dynamics.embedders import SentenceEmbedder, default_sentence_model_path
+from mlm_dynamics.tracking import ChainMonitor, TopicAttraction, TrapTracker
 
 SEEDS = [
     "the committee will meet next week to discuss the new proposal for the city park .",
@@ -28,20 +27,23 @@ SEEDS = [
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", required=True, help="HF masked LM name or local dir; 'minilm' for the demo")
+    parser.add_argument("--model", default="minilm", help="HF masked LM name or local dir; 'minilm' for the demo")
     parser.add_argument("--topics", type=Path, default=Path(__file__).parent.parent / "configs/topics-politics.yaml")
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--chains", type=int, default=4)
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--every", type=int, default=20)
     parser.add_argument("--out", type=Path, default=Path("runs/text-topics"))
+    parser.add_argument("--smoke", action="store_true", help="a few steps of two chains (seconds)")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.steps, args.chains, args.every = 4, 2, 2
 
     path = default_sentence_model_path() if args.model == "minilm" else args.model
     denoiser, codec = MaskedLMDenoiser.from_pretrained(path)
     encoded = [codec.encode(s) for s in SEEDS]
     length = min(len(e) for e in encoded)
-    tokens = torch.tensor([encoded[c % len(encoded)][: length - 1] + [encoded[c % len(encoded)][-1]]
+    tokens = torch.tensor([[*encoded[c % len(encoded)][: length - 1], encoded[c % len(encoded)][-1]]
                            for c in range(args.chains)])
     embedder = SentenceEmbedder(codec)
     spec = yaml.safe_load(args.topics.read_text())
