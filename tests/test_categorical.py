@@ -2,7 +2,7 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from mlm_dynamics.sampling.categorical import sample_categorical
+from mlm_dynamics.sampling.categorical import inverse_cdf_law, sample_categorical
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -25,3 +25,30 @@ def test_bad_weights_raise():
         sample_categorical(torch.zeros(2, 3), torch.Generator())
     with pytest.raises(ValueError, match=r"shape \[N, V\]"):
         sample_categorical(torch.ones(3), torch.Generator())
+
+
+def test_inverse_cdf_law_is_the_exact_law_of_the_float32_draw_including_unreachable_tokens():
+    # tokens 1 and 4 have positive weight but no 2^-24 grid point falls in their cumulative intervals
+    weights = torch.tensor([0.4, 1e-8, 0.3, 2e-7, 1e-9, 0.3 - 2.11e-7], dtype=torch.float32)
+    law = inverse_cdf_law(weights)
+    assert law.sum().item() == pytest.approx(1.0, abs=1e-12)
+    unreachable = (law == 0) & (weights > 0)
+    assert unreachable.any()  # the float32 chain cannot reach every state
+    num = 400_000
+    draws = sample_categorical(weights.expand(num, -1), torch.Generator().manual_seed(0))
+    counts = torch.bincount(draws, minlength=len(weights))
+    assert counts[law == 0].sum() == 0
+    # chi-square over the tokens with expected counts >= 5 (law >= 1.25e-5); the rest pooled into one cell
+    big = law * num >= 5
+    observed = torch.cat([counts[big], counts[~big].sum()[None]]).double()
+    expected = torch.cat([law[big], law[~big].sum()[None]]) * num
+    keep = expected > 0
+    assert chisquare(observed[keep].numpy(), expected[keep].numpy()).pvalue > 1e-3
+    exact = inverse_cdf_law(weights.double())
+    torch.testing.assert_close(exact, weights.double() / weights.double().sum(), atol=1e-15, rtol=0)
+    assert (exact > 0).all()  # float64 reaches every token of positive weight
+
+
+def test_inverse_cdf_law_rejects_batches():
+    with pytest.raises(ValueError, match="one float32 or float64 row"):
+        inverse_cdf_law(torch.ones(2, 3))

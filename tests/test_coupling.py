@@ -145,3 +145,25 @@ def test_coupled_chains_resume_bit_identically(mrf):
     replay = [chains.step(resumed) for _ in range(10)]
     assert all(torch.equal(a, b) for a, b in zip(reference, replay, strict=True))
     assert torch.equal(resumed.y, state.y) and torch.equal(resumed.met_at, state.met_at)
+
+
+def test_met_pairs_leave_the_batch_without_changing_the_law_of_meeting_times():
+    """freeze_met drops met pairs from the forward batch; T has the same law (two-sample KS, p > 1e-3: the false
+    alarm rate of one test), and the rows spent are exactly 2 per pair and step until it meets."""
+    from scipy.stats import ks_2samp
+
+    model = PairwiseMRFDenoiser.random(5, 3, scale=0.8, seed=3)
+    pairs = 3000
+    x0 = torch.zeros(pairs, 5, dtype=torch.long)
+    y0 = torch.full((pairs, 5), 2, dtype=torch.long)
+    sampler = GlauberSampler(model, torch.full((pairs,), 1.5))
+    results = {}
+    for freeze in (False, True):
+        chains = CoupledGlauberChains(sampler, freeze_met=freeze)
+        state = chains.init_state(x0, y0, seed=11)
+        results[freeze] = (chains.run(state, 400), state.rows)
+    (loose, rows_loose), (frozen, rows_frozen) = results[False], results[True]
+    assert frozen.censored_fraction == loose.censored_fraction == 0.0
+    assert ks_2samp(loose.times.numpy(), frozen.times.numpy()).pvalue > 1e-3
+    assert rows_frozen == 2 * int(frozen.times.sum())  # each pair costs 2 rows per step until it meets
+    assert rows_loose == pairs * int(loose.times.max()) + int(loose.times.sum())

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from .experiments import CheckpointError, ConfigError, OutputLock, RunConfig, RunInterrupted, load_config, run_chains
+from .experiments import ConfigError, OutputLock, RunConfig, RunInterrupted, load_config, run_chains
 from .report import run_summary, write_run_report
 
 
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         with OutputLock(args.out):
             result = run_chains(config, args.out, resume=args.resume)
             write_run_report(result, args.out)
-    except (ConfigError, CheckpointError, ValueError, FileNotFoundError, ModuleNotFoundError) as error:
+    except (ValueError, FileNotFoundError, ModuleNotFoundError, FloatingPointError) as error:  # ConfigError too
         print(f"mlm-dynamics: error: {error}", file=sys.stderr)
         return 2
     except RunInterrupted as interrupted:

@@ -23,7 +23,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
-from ..models.base import Denoiser
+from ..models.base import Denoiser, require_integer
 from ..report.writers import finite
 
 
@@ -47,6 +47,11 @@ class DiagnosticCallback(Callback, abc.ABC):
             raise ValueError(f"every_n_train_steps must be >= 1 or None, got {every_n_train_steps}")
         if num_starts < 1:
             raise ValueError(f"num_starts must be >= 1, got {num_starts}")
+        if budget_seconds is not None and not budget_seconds > 0:
+            raise ValueError(f"budget_seconds must be > 0 or None (no budget), got {budget_seconds}; a budget of "
+                             "zero would never run the diagnostics")
+        if start_tokens is not None:
+            require_integer("start_tokens", start_tokens)
         self.every_n_train_steps, self.at_validation_end, self.at_predict_end = (
             every_n_train_steps, on_validation_end, on_predict_end)
         self.denoiser_fn, self.start_tokens, self.batch_to_tokens = denoiser_fn, start_tokens, batch_to_tokens
@@ -84,6 +89,9 @@ class DiagnosticCallback(Callback, abc.ABC):
         return tokens[: self.num_starts].to(device).long()
 
     # -- hooks -----------------------------------------------------------------------------------------------------
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        self.denoiser(pl_module)  # a module without a denoiser fails when fit starts, not at the first run
+
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         self._capture(batch)

@@ -11,14 +11,16 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.loggers import WandbLogger
 from torch import Tensor
 
-from ..diagnostics.influence import estimate_influence
-from ..diagnostics.rectangle import sample_rectangles
+from ..diagnostics.influence import check_temperatures, estimate_influence
+from ..diagnostics.rectangle import check_rectangle_options, sample_rectangles
 from ..embedders.base import Codec, Embedder, HiddenStateEmbedder
 from ..metrics.aggregates import MeetingTimeMetric, RectanglePrevalence
 from ..models.base import Denoiser
 from ..models.huggingface import MaskedLMDenoiser
+from ..sampling.categorical import check_temperature
 from ..sampling.coupling import CoupledGlauberChains, lagged_meeting_times, randomize_sites
 from ..sampling.glauber import ChainState, GlauberSampler
+from ..tracking.drift import check_drift_options
 from ..tracking.monitor import ChainMonitor
 from ..tracking.traps import TopicAttraction, TrapTracker
 from .base import DiagnosticCallback
@@ -37,7 +39,14 @@ class MixingDiagnostics(DiagnosticCallback):
     def __init__(self, *, temperature: float = 1.0, max_steps: int = 200, lag: int | None = None,
                  t_values: Sequence[int] = (0, 50, 100), **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.temperature, self.max_steps, self.lag, self.t_values = temperature, max_steps, lag, tuple(t_values)
+        if max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+        if lag is not None and lag < 1:
+            raise ValueError(f"lag must be >= 1 or None, got {lag}")
+        if any(t < 0 for t in t_values):
+            raise ValueError(f"t_values must be steps >= 0, got {list(t_values)}")
+        self.temperature = check_temperature(temperature)
+        self.max_steps, self.lag, self.t_values = max_steps, lag, tuple(t_values)
         self.meeting = MeetingTimeMetric()
         self.lagged = MeetingTimeMetric(tv_steps=self.t_values) if lag else None
 
@@ -70,8 +79,9 @@ class RectangleTest(DiagnosticCallback):
     def __init__(self, *, pairs_per_context: int = 4, num_tokens: int = 4, max_distance: int | None = None,
                  temperature: float = 1.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        check_rectangle_options(pairs_per_context=pairs_per_context, num_tokens=num_tokens, max_distance=max_distance)
         self.pairs_per_context, self.num_tokens, self.max_distance = pairs_per_context, num_tokens, max_distance
-        self.temperature = temperature
+        self.temperature = check_temperature(temperature)
         self.prevalence = RectanglePrevalence()
 
     def measure(self, denoiser: Denoiser, starts: Tensor, trainer: Trainer) -> dict[str, float]:
@@ -97,7 +107,10 @@ class InfluenceProbe(DiagnosticCallback):
         super().__init__(**kwargs)
         if max_sites < 2:
             raise ValueError(f"max_sites must be >= 2, got {max_sites}")
-        self.temperatures, self.max_sites, self.replacements = tuple(temperatures), max_sites, replacements
+        if replacements < 1:
+            raise ValueError(f"replacements must be >= 1, got {replacements}")
+        self.temperatures = tuple(check_temperatures(temperatures))
+        self.max_sites, self.replacements = max_sites, replacements
 
     def measure(self, denoiser: Denoiser, starts: Tensor, trainer: Trainer) -> dict[str, float]:
         sites = denoiser.resampleable_sites(starts)[0, : self.max_sites]
@@ -117,7 +130,8 @@ class _PersistentChains(DiagnosticCallback):
         super().__init__(**kwargs)
         if steps_per_run < 1:
             raise ValueError(f"steps_per_run must be >= 1, got {steps_per_run}")
-        self.embedder, self.temperature, self.steps_per_run = embedder, temperature, steps_per_run
+        check_drift_options(thresholds=thresholds, every=every)
+        self.embedder, self.temperature, self.steps_per_run = embedder, check_temperature(temperature), steps_per_run
         self.every, self.thresholds, self.codec, self.table_rows = every, tuple(thresholds), codec, table_rows
         self.chain_state: ChainState | None = None
         self.monitor: ChainMonitor | None = None
@@ -220,6 +234,8 @@ class TrapDetector(_PersistentChains):
         self.new_tracker = partial(TrapTracker, radius=radius, dwell=dwell, hamming_radius=hamming_radius,
                                    basin_radius=basin_radius)
         self.new_tracker()  # validate now, not at the first run
+        if not -1 <= topic_threshold <= 1:
+            raise ValueError(f"topic_threshold must be a cosine similarity in [-1, 1], got {topic_threshold}")
         self.topic_anchors, self.topic_threshold, self.with_margins = topic_anchors, topic_threshold, with_margins
 
     def build_monitor(self, denoiser: Denoiser, embedder: Embedder) -> ChainMonitor:

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..models.base import Denoiser
-from ..sampling.categorical import tempered_log_probs
+from ..models.base import Denoiser, require_integer
+from ..sampling.categorical import check_temperature, tempered_log_probs
 
 
 def softmax_tv_bound(oscillation: Tensor, temperature: float) -> Tensor:
@@ -124,6 +124,14 @@ def sensitivity_contraction_temperature(sensitivity: Tensor, iterations: int = 2
     return math.exp(hi)
 
 
+def check_temperatures(temperatures: Sequence[float]) -> list[float]:
+    """A ValueError naming ``temperatures`` unless they form a non-empty sequence of finite numbers > 0."""
+    values = list(temperatures)
+    if not values:
+        raise ValueError("temperatures must be a non-empty sequence of finite numbers > 0, got []")
+    return [check_temperature(t, f" (in temperatures {values})") for t in values]
+
+
 @torch.no_grad()
 def estimate_influence(denoiser: Denoiser, contexts: Tensor, *, temperatures: Sequence[float] = (1.0,),
                        sites: Tensor | None = None, replacements: int | None = 1,
@@ -137,15 +145,23 @@ def estimate_influence(denoiser: Denoiser, contexts: Tensor, *, temperatures: Se
     Cost: ``C n (1 + R (n - 1))`` forward rows (R replacements, n sites), ``chunk_size`` rows per forward; memory
     holds the logits of one (context, site j) group at a time, ``R (n - 1) x V``.
     """
-    temps = torch.tensor(list(temperatures), dtype=torch.float64)
-    if len(temps) == 0 or not (temps > 0).all() or not torch.isfinite(temps).all():
-        raise ValueError(f"temperatures must be a non-empty sequence of finite numbers > 0, got {list(temperatures)}")
+    temps = torch.tensor(check_temperatures(temperatures), dtype=torch.float64)
     if replacements is not None and replacements < 1:
         raise ValueError(f"replacements must be >= 1 or None (all tokens), got {replacements}")
+    require_integer("contexts", contexts)
+    if contexts.dim() != 2 or contexts.shape[0] == 0:
+        raise ValueError(f"contexts must be a non-empty [C, L] tensor (no contexts, no estimate), got "
+                         f"{tuple(contexts.shape)}")
     device = contexts.device
+    if sites is not None:
+        require_integer("sites", sites)
     sites = denoiser.resampleable_sites(contexts)[0] if sites is None else sites.to(device).long()
     if sites.dim() != 1 or len(sites) < 2:
         raise ValueError(f"sites must be a 1-D tensor of at least 2 positions, got {tuple(sites.shape)}")
+    if len(sites.unique()) != len(sites):
+        raise ValueError(f"sites must be distinct positions, got {sites.tolist()}")
+    if sites.min() < 0 or sites.max() >= contexts.shape[1]:
+        raise ValueError(f"sites must lie in [0, {contexts.shape[1]}), got {sites.tolist()}")
     allowed = denoiser.vocab.allowed_mask(device)
     allowed_ids = allowed.nonzero().squeeze(1)
     n, num_t = len(sites), len(temps)

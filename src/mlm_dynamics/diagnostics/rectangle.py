@@ -26,7 +26,7 @@ import torch
 from einops import rearrange
 from torch import Tensor
 
-from ..models.base import Denoiser
+from ..models.base import Denoiser, require_integer
 from ..sampling.categorical import check_temperature
 from .quantiles import DEFAULT_LEVELS, quantile_summary
 
@@ -106,6 +106,20 @@ def float_tolerance(logit_scale: Tensor, temperature: float, dtype: torch.dtype 
     return torch.clamp(1000 * torch.finfo(dtype).eps * logit_scale, min=1e-3) / temperature
 
 
+def check_rectangle_options(*, pairs_per_context: int, num_tokens: int, token_choice: str = "topk",
+                            min_distance: int = 1, max_distance: int | None = None) -> None:
+    """ValueErrors naming the option, for :func:`sample_rectangles` and the callbacks that call it."""
+    if token_choice not in ("topk", "uniform"):
+        raise ValueError(f"token_choice must be 'topk' or 'uniform', got {token_choice!r}")
+    if pairs_per_context < 1:
+        raise ValueError(f"pairs_per_context must be >= 1, got {pairs_per_context}")
+    if num_tokens < 2:
+        raise ValueError(f"num_tokens must be >= 2 (a rectangle needs two tokens per site), got {num_tokens}")
+    if min_distance < 1 or (max_distance is not None and max_distance < min_distance):
+        raise ValueError(f"min_distance must be >= 1 and max_distance >= min_distance, got {min_distance}, "
+                         f"{max_distance}")
+
+
 @torch.no_grad()
 def sample_rectangles(denoiser: Denoiser, contexts: Tensor, *, pairs_per_context: int = 4, num_tokens: int = 4,
                       token_choice: str = "topk", min_distance: int = 1, max_distance: int | None = None,
@@ -119,10 +133,10 @@ def sample_rectangles(denoiser: Denoiser, contexts: Tensor, *, pairs_per_context
     Cost: ``C * pairs_per_context * (2 num_tokens + 2)`` forward rows (2 for the sites' own conditionals, which
     give the top-k candidates and the logit scale of the float tolerance).
     """
-    if token_choice not in ("topk", "uniform"):
-        raise ValueError(f"token_choice must be 'topk' or 'uniform', got {token_choice!r}")
-    if pairs_per_context < 1 or num_tokens < 2:
-        raise ValueError("pairs_per_context must be >= 1 and num_tokens >= 2")
+    check_rectangle_options(pairs_per_context=pairs_per_context, num_tokens=num_tokens, token_choice=token_choice,
+                            min_distance=min_distance, max_distance=max_distance)
+    temperature = check_temperature(temperature)
+    require_integer("contexts", contexts)
     allowed = denoiser.vocab.allowed_mask(contexts.device)
     if num_tokens > int(allowed.sum()):
         raise ValueError(f"num_tokens {num_tokens} exceeds the {int(allowed.sum())} allowed tokens")

@@ -63,6 +63,8 @@ def save_checkpoint(path: Path, payload: dict[str, Any], *, fingerprints: dict[s
     data = buffer.getvalue()
     header = json.dumps({"sha256": hashlib.sha256(data).hexdigest(), "fingerprint": fingerprints, "step": step})
     atomic_write(path, MAGIC + header.encode() + b"\n" + data)
+    for stale in path.parent.glob(f".{path.name}.*.tmp"):  # torn writes of killed runs (the lock is ours)
+        stale.unlink(missing_ok=True)
 
 
 def load_checkpoint(path: Path, *, fingerprints: dict[str, str], map_location: torch.device | str = "cpu"

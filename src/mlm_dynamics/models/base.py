@@ -149,6 +149,12 @@ class Denoiser(nn.Module, abc.ABC):
                 raise ValueError("positions must be distinct within each row")
 
 
+def require_integer(name: str, tensor: object) -> None:
+    """A ValueError naming ``name`` unless ``tensor`` is an integer tensor (floats would be truncated silently)."""
+    if not isinstance(tensor, Tensor) or tensor.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
+        raise ValueError(f"{name} must be an integer tensor, got {getattr(tensor, 'dtype', type(tensor).__name__)}")
+
+
 def mask_positions(tokens: Tensor, positions: Tensor, mask_id: int) -> Tensor:
     """``tokens [B, L]`` with ``mask_id`` written at ``positions [B, K]`` (a new tensor)."""
     return tokens.scatter(1, positions, mask_id)

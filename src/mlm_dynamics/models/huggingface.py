@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import re
+import socket
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import torch
 from torch import Tensor
@@ -90,17 +93,54 @@ class MaskedLMDenoiser(Denoiser):
         """Load ``AutoModelForMaskedLM`` and ``AutoTokenizer`` from a hub name or local directory.
 
         Never proposed: the tokenizer's special tokens and BERT-style placeholder tokens ``[unusedN]``.
+        A missing local path, or a hub name that is neither cached nor reachable, raises at once with a clear
+        message (see :func:`locate_pretrained`).
         """
         from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(name_or_path)
-        model = AutoModelForMaskedLM.from_pretrained(name_or_path, dtype=dtype)
+        source, local_only = locate_pretrained(name_or_path)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local_only)
+            model = AutoModelForMaskedLM.from_pretrained(source, dtype=dtype, local_files_only=local_only)
+        except OSError as error:
+            raise FileNotFoundError(f"model {name_or_path!r} could not be loaded: {error}") from None
         frame = [t for t in (tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id,
                              tokenizer.bos_token_id, tokenizer.eos_token_id) if t is not None]
         placeholders = [i for token, i in tokenizer.get_vocab().items() if _PLACEHOLDER.fullmatch(token)]
         denoiser = cls(model, mask_id=tokenizer.mask_token_id,
                        special_ids=[*tokenizer.all_special_ids, *placeholders], frame_ids=frame).to(device)
         return denoiser, TextCodec(tokenizer)
+
+
+def locate_pretrained(name_or_path: str) -> tuple[str, bool]:
+    """``(source, local_files_only)`` for ``from_pretrained``, or a FileNotFoundError naming what is missing.
+
+    An existing directory loads locally. Something that looks like a path (``./x``, ``/x``, ``~/x``, ``a/b/c``) but
+    does not exist is an error, not a hub name. A hub name loads from the local cache when it is there; otherwise
+    only when the hub is reachable (``HF_HUB_OFFLINE`` unset and the endpoint's host resolves), instead of retrying
+    for most of a minute.
+    """
+    path = Path(name_or_path).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise FileNotFoundError(f"model path {name_or_path!r} is a file; give the model's directory")
+        return str(path), True
+    if name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1 or "\\" in name_or_path:
+        raise FileNotFoundError(f"model path {name_or_path!r} does not exist")
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache(name_or_path, "config.json"), str):
+        return name_or_path, True
+    if constants.HF_HUB_OFFLINE:
+        raise FileNotFoundError(f"model {name_or_path!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE is "
+                                "set; download it where the hub is reachable, or give a local directory")
+    host = urlparse(constants.ENDPOINT).hostname or "huggingface.co"
+    try:
+        socket.getaddrinfo(host, 443)
+    except OSError:
+        raise FileNotFoundError(f"model {name_or_path!r} is not in the local Hugging Face cache and {host} cannot be "
+                                "reached (offline?); give a local directory") from None
+    return name_or_path, False
 
 
 class TextCodec:

@@ -4,6 +4,12 @@
 optional top-k / nucleus truncation. ``sample_categorical`` draws by inverse CDF: one uniform per draw, ``O(V)``
 per row.
 
+Precision: the draw happens in the weights' dtype. A float32 uniform from ``torch.rand`` lies on the grid
+``j / 2^24``, so a token whose cumulative interval contains no grid point after rounding is never drawn, even with
+``p > 0``: at V = 30,522 most tail tokens (``p < 6e-8``) become unreachable and the float32 chain is not irreducible
+(``benchmarks/bench_sampling_precision.py`` measures the total variation, entropy and tail mass; the samplers
+therefore draw in float64 by default). :func:`inverse_cdf_law` gives the exact law of the draw in either dtype.
+
 For weights ``w [N, V] >= 0`` with positive row sums, ``sample_categorical`` returns ``k`` with
 ``P(k) = w_k / sum(w)``: it draws ``u ~ U[0, 1) * sum(w)`` and takes the first ``k`` with ``cumsum(w)_k > u``. Tokens
 of weight zero are never returned (their cumulative sum equals their predecessor's). About 10x faster than
@@ -34,24 +40,66 @@ def sample_categorical(weights: Tensor, generator: torch.Generator) -> Tensor:
     return torch.minimum(index, last_positive)
 
 
+def inverse_cdf_law(weights: Tensor) -> Tensor:
+    """The exact law ``[V]`` of :func:`sample_categorical` on one row of ``weights [V]`` in its dtype.
+
+    float32: every value ``j / 2^24`` of the uniform is enumerated (``2^24`` searches, about a second at V = 30k);
+    float64: the uniform's grid ``2^-53`` is below the rounding of the cumulative sum, so the law is the normalised
+    differences of the float64 cumulative sum.
+    """
+    if weights.dim() != 1 or weights.dtype not in (torch.float32, torch.float64):
+        raise ValueError(f"weights must be one float32 or float64 row [V], got {weights.dtype} {tuple(weights.shape)}")
+    cdf = weights.cumsum(-1)
+    if weights.dtype == torch.float64:
+        return torch.diff(cdf, prepend=cdf.new_zeros(1)) / cdf[-1]
+    grid = torch.arange(2**24, device=weights.device, dtype=torch.float32) / 2**24
+    index = torch.searchsorted(cdf, grid * cdf[-1], right=True)
+    index = index.clamp_max(int((weights > 0).nonzero().max()))
+    return torch.bincount(index, minlength=len(weights)).double() / 2**24
+
+
 def check_temperature(temperature: float, hint: str = "") -> float:
-    """``temperature`` as a float, or a ValueError naming it unless it is a finite number > 0."""
-    if not isinstance(temperature, (int, float)) or not math.isfinite(temperature) or temperature <= 0:
+    """``temperature`` as a float, or a ValueError naming it unless it is a finite number > 0 (not a bool)."""
+    if (isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not math.isfinite(temperature)
+            or temperature <= 0):
         raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}{hint}")
     return float(temperature)
 
 
-def tempered_log_probs(logits: Tensor, allowed: Tensor, temperature: float, *, top_k: int | None = None,
+def as_temperature(temperature: float | Tensor, hint: str = "") -> float | Tensor:
+    """A scalar temperature as a float, or per-chain temperatures as a float64 ``[B]`` tensor; checked like
+    :func:`check_temperature` (finite, > 0) either way."""
+    if not isinstance(temperature, Tensor):
+        return check_temperature(temperature, hint)
+    if temperature.dim() != 1 or len(temperature) == 0 or not temperature.is_floating_point():
+        raise ValueError(f"temperature must be a number or a non-empty [B] float tensor, got "
+                         f"{temperature.dtype} {tuple(temperature.shape)}")
+    if not (torch.isfinite(temperature).all() and (temperature > 0).all()):
+        raise ValueError(f"temperature must be finite numbers > 0, got {temperature.tolist()}{hint}")
+    return temperature.double()
+
+
+def tempered_log_probs(logits: Tensor, allowed: Tensor, temperature: float | Tensor, *, top_k: int | None = None,
                        top_p: float | None = None, dtype: torch.dtype = torch.float32) -> Tensor:
     """``log softmax(l / tau)`` over the allowed tokens, optionally truncated to the top-k and/or nucleus top-p.
 
     Args:
         logits: ``[..., V]``; allowed: ``[V]`` boolean; dtype: computation dtype (float64 for exact sampling).
+        temperature: a number, or a tensor broadcastable against ``logits[..., :1]`` (per-row temperatures).
 
     Returns:
         ``[..., V]`` log-probabilities, ``-inf`` outside the support.
+
+    Raises:
+        FloatingPointError: when ``logits / temperature`` overflows ``dtype`` (a temperature far too small for the
+            logits' scale); use a larger temperature or the arg-max (``greedy=True``).
     """
-    scores = (logits.to(dtype) / temperature).masked_fill(~allowed, -math.inf)
+    scale = temperature.to(dtype) if isinstance(temperature, Tensor) else temperature
+    scores = (logits.to(dtype) / scale).masked_fill(~allowed, -math.inf)
+    if not torch.isfinite(scores.masked_fill(~allowed, 0.0)).all():
+        largest = float(logits.masked_fill(~allowed, 0.0).abs().max())
+        raise FloatingPointError(f"temperature {temperature!r}: logits / temperature overflow {dtype} (largest "
+                                 f"|logit| {largest:.3g}); use a larger temperature, or greedy=True for tau -> 0")
     if top_k is not None and top_k < scores.shape[-1]:
         kth = scores.topk(top_k, dim=-1).values[..., -1:]
         scores = scores.masked_fill(scores < kth, -math.inf)

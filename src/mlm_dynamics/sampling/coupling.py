@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from ..diagnostics.meeting import MeetingTimes
-from ..models.base import Denoiser
+from ..models.base import Denoiser, require_integer
 from .categorical import sample_categorical
 from .glauber import ChainState, GlauberSampler
 
@@ -30,13 +30,18 @@ from .glauber import ChainState, GlauberSampler
 def maximal_coupling(p: Tensor, q: Tensor, generator: torch.Generator) -> tuple[Tensor, Tensor]:
     """Draw ``(x, y)`` of shape ``[N]`` from the maximal coupling of the rows of ``p, q [N, V]``.
 
-    Rows must be probability vectors (non-negative, summing to 1 up to rounding). Cost: ``O(N V)``, three
-    inverse-CDF draws at most per row, one uniform for the coupling decision.
+    Rows must be probability vectors: finite, non-negative and summing to 1 within ``V eps`` (the rounding of a
+    sum of V terms in the dtype). Cost: ``O(N V)``, three inverse-CDF draws at most per row, one uniform for the
+    coupling decision.
     """
     if p.shape != q.shape or p.dim() != 2:
         raise ValueError(f"p and q must be equal-shape [N, V] tensors, got {tuple(p.shape)} and {tuple(q.shape)}")
-    if (p < 0).any() or (q < 0).any():
-        raise ValueError("p and q must be non-negative")
+    for name, rows in (("p", p), ("q", q)):
+        if not rows.is_floating_point() or not torch.isfinite(rows).all() or (rows < 0).any():
+            raise ValueError(f"{name} must hold finite, non-negative floating-point probabilities")
+        error = (rows.sum(-1) - 1).abs().max() if rows.numel() else rows.new_zeros(())
+        if error > rows.shape[1] * torch.finfo(rows.dtype).eps:
+            raise ValueError(f"{name}: rows must sum to 1, one is off by {float(error):.3g}")
     overlap = torch.minimum(p, q)
     share = overlap.sum(-1)
     coupled = torch.rand(share.shape, generator=generator, device=p.device, dtype=p.dtype) < share
@@ -72,45 +77,62 @@ def _residual(p: Tensor, overlap: Tensor) -> Tensor:
 
 @dataclass
 class CoupledState:
-    """Pairs of chains ``(x, y)``; ``x`` carries the shared schedule and RNG, ``met_at`` is -1 until they meet."""
+    """Pairs of chains ``(x, y)``; ``x`` carries the shared schedule and RNG, ``met_at`` is -1 until they meet.
+
+    ``rows`` counts the forward rows spent so far (the uncompacted cost is ``2 P`` per step).
+    """
 
     x: ChainState
     y: Tensor
     met_at: Tensor
+    rows: int = 0
 
     def state_dict(self) -> dict[str, Any]:
-        return {"x": self.x.state_dict(), "y": self.y.clone(), "met_at": self.met_at.clone()}
+        return {"x": self.x.state_dict(), "y": self.y.clone(), "met_at": self.met_at.clone(), "rows": self.rows}
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any], device: torch.device | str | None = None) -> CoupledState:
         x = ChainState.from_state_dict(state["x"], device)
-        return cls(x=x, y=state["y"].to(x.tokens.device).clone(), met_at=state["met_at"].to(x.tokens.device).clone())
+        return cls(x=x, y=state["y"].to(x.tokens.device).clone(), met_at=state["met_at"].to(x.tokens.device).clone(),
+                   rows=int(state.get("rows", 0)))
+
+
+def resampled_mask(state: ChainState) -> Tensor:
+    """``[B, L]`` True at the sites each row resamples (its first ``counts[b]`` sites; padding excluded)."""
+    batch, length = state.tokens.shape
+    valid = torch.arange(state.num_sites, device=state.sites.device) < state.site_counts[:, None]
+    target = torch.where(valid, state.sites, length)  # padding goes to a dummy column
+    mask = torch.zeros(batch, length + 1, dtype=torch.bool, device=state.sites.device)
+    return mask.scatter(1, target, True)[:, :length]
 
 
 class CoupledGlauberChains:
     """Pairs of Glauber chains under the maximal coupling, each chain a faithful copy of ``sampler``'s chain.
 
-    Per step: one shared site choice; one forward pass over ``x`` and the not-yet-met rows of ``y``; each resampled
-    token drawn from the maximal coupling of the two conditionals. Met pairs cost one row, and stay met.
+    Per step: one shared site choice; one forward pass over the rows that still matter; each resampled token drawn
+    from the maximal coupling of the two conditionals. Pairs keep the sampler's per-chain temperature and site
+    count (pair ``p`` uses row ``p``'s). Met pairs stay met. With ``freeze_met=False`` (default) a met pair keeps
+    moving as one chain at the cost of one row, so ``x`` stays a chain of the sampler for any use; with
+    ``freeze_met=True`` met pairs leave the forward batch and cost nothing more (what a meeting-time grid needs).
     """
 
-    def __init__(self, sampler: GlauberSampler) -> None:
+    def __init__(self, sampler: GlauberSampler, *, freeze_met: bool = False) -> None:
         if sampler.energy is not None:
             raise ValueError("sampler: coupled chains do not support the MH correction (energy must be None)")
         if sampler.greedy:
             raise ValueError("sampler: greedy chains are deterministic; there is nothing to couple")
-        self.sampler = sampler
+        self.sampler, self.freeze_met = sampler, freeze_met
 
-    def init_state(self, x0: Tensor, y0: Tensor, *, seed: int, sites: Tensor | None = None) -> CoupledState:
+    def init_state(self, x0: Tensor, y0: Tensor, *, seed: int, sites: Tensor | None = None,
+                   num_sites: Tensor | None = None) -> CoupledState:
         if x0.shape != y0.shape:
             raise ValueError(f"x0 and y0 must have equal shapes, got {tuple(x0.shape)} and {tuple(y0.shape)}")
-        x = self.sampler.init_state(x0, seed=seed, sites=sites)
+        x = self.sampler.init_state(x0, seed=seed, sites=sites, num_sites=num_sites)
+        require_integer("y0", y0)
         y = y0.to(x.tokens.device).long().clone()
-        y_free = self.sampler.denoiser.resampleable_sites(y) if sites is None else x.sites
-        if not torch.equal(y_free, x.sites):
+        if sites is None and not torch.equal(self.sampler.denoiser.resampleable_sites(y), x.sites):
             raise ValueError("y0: its resampleable positions differ from x0's")
-        outside = torch.ones_like(y, dtype=torch.bool).scatter(1, x.sites, False)
-        if (x.tokens[outside] != y[outside]).any():
+        if (x.tokens != y)[~resampled_mask(x)].any():
             raise ValueError("x0 and y0 must agree outside the resampled sites, or they could never meet")
         met_at = torch.where((x.tokens == y).all(1), 0, -1)
         return CoupledState(x=x, y=y, met_at=met_at)
@@ -122,20 +144,28 @@ class CoupledGlauberChains:
         positions = chains.sites.gather(1, sampler.choose_sites(chains))
         met = state.met_at >= 0
         active = (~met).nonzero().squeeze(1)
-        rows = torch.cat([chains.tokens, state.y[active]])
-        row_positions = torch.cat([positions, positions[active]])
-        probs = sampler.log_probs(sampler.denoiser.conditional_logits(rows, row_positions)).exp()
-        p, q = probs[: len(positions)], probs[len(positions):]
-        new_x = torch.empty_like(positions)
-        if met.any():
-            new_x[met] = sample_categorical(p[met].flatten(0, 1), chains.generator).view(int(met.sum()), -1)
+        moving = active if self.freeze_met else torch.arange(len(met), device=met.device)
+        rows = torch.cat([chains.tokens[moving], state.y[active]])
+        row_index = torch.cat([moving, active])
+        logits = sampler.denoiser.conditional_logits(rows, positions[row_index])
+        probs = sampler.log_probs(logits, sampler.row_temperature(row_index)).exp()
+        state.rows += len(row_index)
+        p, q = probs[: len(moving)], probs[len(moving):]
+        new_x = positions.new_empty((len(moving), positions.shape[1]))
+        coupled_y = None
+        together = met[moving]
+        if together.any():
+            new_x[together] = sample_categorical(p[together].flatten(0, 1), chains.generator).view(
+                int(together.sum()), -1)
         if len(active):
-            coupled_x, coupled_y = maximal_coupling(p[active].flatten(0, 1), q.flatten(0, 1), chains.generator)
-            new_x[active] = coupled_x.view(len(active), -1)
-        chains.tokens.scatter_(1, positions, new_x)
-        state.y[met] = chains.tokens[met]  # met pairs move together
-        if len(active):
-            state.y[active] = state.y[active].scatter(1, positions[active], coupled_y.view(len(active), -1))
+            coupled_x, flat_y = maximal_coupling(p[~together].flatten(0, 1), q.flatten(0, 1), chains.generator)
+            new_x[~together] = coupled_x.view(len(active), -1)
+            coupled_y = flat_y.view(len(active), -1)
+        chains.tokens[moving] = chains.tokens[moving].scatter(1, positions[moving], new_x)
+        if not self.freeze_met:
+            state.y[met] = chains.tokens[met]  # met pairs move together
+        if coupled_y is not None:
+            state.y[active] = state.y[active].scatter(1, positions[active], coupled_y)
         chains.step += 1
         newly_met = ~met & (chains.tokens == state.y).all(1)
         state.met_at[newly_met] = chains.step
@@ -154,29 +184,34 @@ class CoupledGlauberChains:
 
 
 def meeting_times(sampler: GlauberSampler, x0: Tensor, y0: Tensor, *, max_steps: int, seed: int,
-                  sites: Tensor | None = None) -> MeetingTimes:
-    """Meeting times of maximally coupled pairs started at ``(x0[p], y0[p])``, censored at ``max_steps``."""
-    chains = CoupledGlauberChains(sampler)
-    return chains.run(chains.init_state(x0, y0, seed=seed, sites=sites), max_steps)
+                  sites: Tensor | None = None, num_sites: Tensor | None = None,
+                  freeze_met: bool = True) -> MeetingTimes:
+    """Meeting times of maximally coupled pairs started at ``(x0[p], y0[p])``, censored at ``max_steps``.
+
+    Met pairs leave the forward batch (``freeze_met``): the times are the same as with them running on.
+    """
+    chains = CoupledGlauberChains(sampler, freeze_met=freeze_met)
+    return chains.run(chains.init_state(x0, y0, seed=seed, sites=sites, num_sites=num_sites), max_steps)
 
 
 def lagged_meeting_times(sampler: GlauberSampler, x0: Tensor, y0: Tensor, *, lag: int, max_steps: int, seed: int,
-                         sites: Tensor | None = None) -> MeetingTimes:
+                         sites: Tensor | None = None, num_sites: Tensor | None = None,
+                         freeze_met: bool = True) -> MeetingTimes:
     """L-lag meeting times ``tau = L + inf{t : X_{L+t} = Y_t}`` with ``X_0 = x0``, ``Y_0 = y0`` (draws from ``mu_0``).
 
     ``X`` runs ``lag`` steps alone, then the pair is coupled for at most ``max_steps`` steps. For sweep and sequential
-    scans ``lag`` must be a multiple of the sweep length so that both chains visit the same sites.
+    scans ``lag`` must be a multiple of every row's sweep length so that both chains visit the same sites.
     """
     if not isinstance(lag, int) or lag < 1:
         raise ValueError(f"lag must be an integer >= 1, got {lag!r}")
-    chains = CoupledGlauberChains(sampler)
-    ahead = sampler.init_state(x0, seed=seed, sites=sites)
-    sweep = ahead.num_sites // sampler.block_size
-    if sampler.scan != "random" and lag % sweep:
-        raise ValueError(f"lag must be a multiple of the sweep length {sweep} for scan={sampler.scan!r}")
+    chains = CoupledGlauberChains(sampler, freeze_met=freeze_met)
+    ahead = sampler.init_state(x0, seed=seed, sites=sites, num_sites=num_sites)
+    sweeps = sorted(set((ahead.site_counts // sampler.block_size).tolist()))
+    if sampler.scan != "random" and any(lag % sweep for sweep in sweeps):
+        raise ValueError(f"lag must be a multiple of the sweep lengths {sweeps} for scan={sampler.scan!r}")
     for _ in sampler.run(ahead, lag):
         pass
-    state = chains.init_state(ahead.tokens, y0, seed=seed, sites=ahead.sites)
+    state = chains.init_state(ahead.tokens, y0, seed=seed, sites=ahead.sites, num_sites=ahead.counts)
     state.x.generator.set_state(ahead.generator.get_state())
     result = chains.run(state, max_steps)
     return MeetingTimes(times=result.times + lag, censored=result.censored, lag=lag, max_steps=result.max_steps)

@@ -11,7 +11,12 @@ One step on each of ``B`` chains, all in one forward pass of ``B`` rows:
    ``pi(x) ~ exp(-E(x) / tau)``:  ``log a = -(E(y) - E(x)) / tau + sum_{i in S} [log q_i(x_i) - log q_i(y_i)]``.
 
 For ``k = 1`` without correction this is the chain of the kernel
-``P(x, y) = (1/n) sum_i 1[y_{-i} = x_{-i}] q_i(y_i | x_{-i})``.  For ``k > 1`` the proposal is the product of the
+``P(x, y) = (1/n) sum_i 1[y_{-i} = x_{-i}] q_i(y_i | x_{-i})``.
+
+Rows may differ in temperature (a ``[B]`` tensor: a whole temperature ladder in one forward pass) and in their number
+of resampled sites (padded ``sites [B, n_max]`` with ``num_sites [B]``: row ``b`` uses its first ``num_sites[b]``
+sites), so cells of a (temperature x length) grid advance together; each row is exactly the chain of its own
+``(tau_b, n_b)``.  For ``k > 1`` the proposal is the product of the
 block's marginal conditionals, which is not the block's joint conditional: without the MH correction the chain does
 not preserve a joint even when one exists (the tests show the bias).
 """
@@ -27,8 +32,8 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from ..models.base import Denoiser
-from .categorical import check_temperature, sample_categorical, tempered_log_probs
+from ..models.base import Denoiser, require_integer
+from .categorical import as_temperature, sample_categorical, tempered_log_probs
 
 ScanOrder = Literal["random", "sweep", "sequential"]
 SCAN_ORDERS: tuple[str, ...] = ("random", "sweep", "sequential")
@@ -60,11 +65,13 @@ class ChainState:
 
     Attributes:
         tokens: ``[B, L]`` current sequences.
-        sites: ``[B, n]`` resampleable positions of each chain (frame tokens excluded).
+        sites: ``[B, n_max]`` resampleable positions of each chain (frame tokens excluded), sorted; row ``b`` uses its
+            first ``counts[b]`` entries, the rest is padding.
         generator: the chains' random number generator (on the tokens' device).
         step: steps taken so far.
         order: ``[B, n]`` current sweep order (indices into ``sites``) for sweep scans, else ``None``.
         energy: ``[B]`` cached energy of ``tokens`` when an MH correction is used, else ``None``.
+        counts: ``[B]`` number of sites of each row (``None``: every row uses all ``n_max``).
     """
 
     tokens: Tensor
@@ -73,13 +80,23 @@ class ChainState:
     step: int = 0
     order: Tensor | None = None
     energy: Tensor | None = None
+    counts: Tensor | None = None
 
     @property
     def num_sites(self) -> int:
-        return self.sites.shape[1]
+        """``n_max``, the padded number of sites."""
+        return int(self.sites.shape[1])
+
+    @property
+    def site_counts(self) -> Tensor:
+        """``[B]`` number of sites of each row."""
+        if self.counts is not None:
+            return self.counts
+        return torch.full((self.tokens.shape[0],), self.num_sites, dtype=torch.long, device=self.tokens.device)
 
     def state_dict(self) -> dict[str, Any]:
         return {"tokens": self.tokens.clone(), "sites": self.sites.clone(), "step": self.step,
+                "counts": None if self.counts is None else self.counts.clone(),
                 "rng": self.generator.get_state(), "rng_device": self.generator.device.type,
                 "order": None if self.order is None else self.order.clone(),
                 "energy": None if self.energy is None else self.energy.clone()}
@@ -102,7 +119,8 @@ class ChainState:
                           stacklevel=2)
             generator.manual_seed(int.from_bytes(hashlib.sha256(state["rng"].cpu().numpy().tobytes()).digest()[:8],
                                                  "little") >> 1)
-        moved = {k: None if state[k] is None else state[k].to(tokens.device).clone() for k in ("order", "energy")}
+        moved = {k: None if state.get(k) is None else state[k].to(tokens.device).clone()
+                 for k in ("order", "energy", "counts")}
         return cls(tokens=tokens.clone(), sites=state["sites"].to(tokens.device).clone(), generator=generator,
                    step=int(state["step"]), **moved)
 
@@ -120,15 +138,17 @@ class GlauberSampler(nn.Module):
         block_size: k >= 1 sites resampled per step from their conditionals given the other sites.
         energy: optional ``E(tokens [B, L]) -> [B]`` at tau = 1; enables the MH correction towards
             ``exp(-E / tau)``, e.g. :class:`PseudoLogLikelihoodEnergy` or a toy model's exact ``energy``.
-        sampling_dtype: float dtype of the softmax and categorical draw (``torch.float64`` for exact sampling).
+        sampling_dtype: float dtype of the softmax and categorical draw. float64 (default) reaches every token of
+            positive probability; float32 cannot draw tokens below about ``6e-8`` (see
+            :mod:`~mlm_dynamics.sampling.categorical`) and is kept for comparison.
         greedy: replace the draw by the arg-max (iterated conditional modes; the zero-temperature limit).
     """
 
     allowed: Tensor
 
-    def __init__(self, denoiser: Denoiser, temperature: float = 1.0, *, top_k: int | None = None,
+    def __init__(self, denoiser: Denoiser, temperature: float | Tensor = 1.0, *, top_k: int | None = None,
                  top_p: float | None = None, scan: ScanOrder = "random", block_size: int = 1,
-                 energy: Callable[[Tensor], Tensor] | None = None, sampling_dtype: torch.dtype = torch.float32,
+                 energy: Callable[[Tensor], Tensor] | None = None, sampling_dtype: torch.dtype = torch.float64,
                  greedy: bool = False) -> None:
         super().__init__()
         if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
@@ -144,7 +164,7 @@ class GlauberSampler(nn.Module):
         if greedy and energy is not None:
             raise ValueError("energy: the MH correction needs proposal probabilities and cannot be used with greedy")
         self.denoiser = denoiser
-        self.temperature = check_temperature(temperature, "; for the tau -> 0 limit use greedy=True")
+        self.temperature = as_temperature(temperature, "; for the tau -> 0 limit use greedy=True")
         self.top_k, self.top_p = top_k, top_p
         self.scan, self.block_size = scan, block_size
         self.energy = energy
@@ -152,52 +172,102 @@ class GlauberSampler(nn.Module):
         self.greedy = greedy
         self.register_buffer("allowed", denoiser.vocab.allowed_mask(), persistent=False)
 
-    def log_probs(self, logits: Tensor) -> Tensor:
-        """The proposal's log-probabilities ``log q`` for logits ``[..., V]``."""
-        return tempered_log_probs(logits, self.allowed.to(logits.device), self.temperature, top_k=self.top_k,
+    def row_temperature(self, rows: Tensor | None = None) -> float | Tensor:
+        """The temperature broadcastable against logits ``[R, K, V]`` of rows ``rows`` (default: all chains)."""
+        if isinstance(self.temperature, float):
+            return self.temperature
+        picked = self.temperature if rows is None else self.temperature[rows]
+        return picked[:, None, None]
+
+    def log_probs(self, logits: Tensor, temperature: float | Tensor | None = None) -> Tensor:
+        """The proposal's log-probabilities ``log q`` for logits ``[R, K, V]`` (temperature: default per chain)."""
+        tau = self.row_temperature() if temperature is None else temperature
+        if isinstance(tau, Tensor):
+            tau = tau.to(logits.device)
+        return tempered_log_probs(logits, self.allowed.to(logits.device), tau, top_k=self.top_k,
                                   top_p=self.top_p, dtype=self.sampling_dtype)
 
-    def init_state(self, tokens: Tensor, *, seed: int, sites: Tensor | None = None) -> ChainState:
-        """Start chains at ``tokens [B, L]``; ``sites [B, n]`` (kept sorted) defaults to the non-frame positions."""
+    def init_state(self, tokens: Tensor, *, seed: int, sites: Tensor | None = None,
+                   num_sites: Tensor | None = None) -> ChainState:
+        """Start chains at ``tokens [B, L]``.
+
+        ``sites [B, n_max]`` defaults to the non-frame positions; each row is sorted (sequential scans go left to
+        right). With ``num_sites [B]``, row ``b`` resamples only its first ``num_sites[b]`` sites (the rest is
+        padding: any positions); see :func:`pad_sites`.
+        """
+        require_integer("tokens", tokens)
         tokens = tokens.to(self.denoiser.device).long().clone()
+        if sites is not None:
+            require_integer("sites", sites)
         sites = self.denoiser.resampleable_sites(tokens) if sites is None else sites.to(tokens.device).long()
-        self._check_sites(tokens, sites)
-        sites = sites.sort(1).values  # sequential scans visit positions left to right
+        counts = None
+        if num_sites is not None:
+            require_integer("num_sites", num_sites)
+            counts = num_sites.to(tokens.device).long()
+        self._check_sites(tokens, sites, counts)
+        if isinstance(self.temperature, Tensor) and len(self.temperature) != tokens.shape[0]:
+            raise ValueError(f"temperature: {len(self.temperature)} per-chain temperatures for {tokens.shape[0]} "
+                             "chains")
+        if counts is None:
+            sites = sites.sort(1).values
+        else:  # sort each row's used sites, keep the padding after them
+            valid = torch.arange(sites.shape[1], device=sites.device) < counts[:, None]
+            keys = torch.where(valid, sites, sites.new_full((), tokens.shape[1])).sort(1)
+            sites = torch.where(valid, keys.values, sites)
         generator = torch.Generator(device=tokens.device)
         generator.manual_seed(seed)
-        state = ChainState(tokens=tokens, sites=sites, generator=generator)
+        state = ChainState(tokens=tokens, sites=sites, generator=generator, counts=counts)
         if self.energy is not None:
             state.energy = self._energy(tokens)
         return state
 
-    def _check_sites(self, tokens: Tensor, sites: Tensor) -> None:
+    def _check_sites(self, tokens: Tensor, sites: Tensor, counts: Tensor | None) -> None:
         if sites.dim() != 2 or sites.shape[0] != tokens.shape[0]:
             raise ValueError(f"sites must have shape [B, n] with B = {tokens.shape[0]}, got {tuple(sites.shape)}")
         if sites.shape[1] == 0 or sites.min() < 0 or sites.max() >= tokens.shape[1]:
             raise ValueError(f"sites must be non-empty positions in [0, {tokens.shape[1]})")
-        if (sites.sort(1).values.diff(dim=1) == 0).any():
-            raise ValueError("sites must be distinct within each row")
         n = sites.shape[1]
-        if self.block_size > n:
-            raise ValueError(f"block_size {self.block_size} exceeds the number of sites {n}")
-        if self.scan != "random" and n % self.block_size:
-            raise ValueError(f"block_size {self.block_size} must divide the number of sites {n} for scan={self.scan!r}")
+        if counts is None:
+            counts = torch.full((sites.shape[0],), n, dtype=torch.long, device=sites.device)
+        elif counts.shape != (sites.shape[0],) or counts.min() < 1 or counts.max() > n:
+            raise ValueError(f"num_sites must be [B] counts in [1, {n}], got {counts.tolist()}")
+        valid = torch.arange(n, device=sites.device) < counts[:, None]
+        ordered = torch.where(valid, sites, -1 - torch.arange(n, device=sites.device)).sort(1).values
+        if ((ordered.diff(dim=1) == 0) & (ordered[:, 1:] >= 0)).any():
+            raise ValueError("sites must be distinct within each row")
+        if self.block_size > int(counts.min()):
+            raise ValueError(f"block_size {self.block_size} exceeds the number of sites {int(counts.min())}")
+        if self.scan != "random" and (counts % self.block_size).any():
+            raise ValueError(f"block_size {self.block_size} must divide the number of sites of every row "
+                             f"({sorted(set(counts.tolist()))}) for scan={self.scan!r}")
 
     def choose_sites(self, state: ChainState) -> Tensor:
-        """Indices ``[B, k]`` into ``state.sites`` for the next step (advances the scan and the RNG)."""
+        """Indices ``[B, k]`` into ``state.sites`` for the next step (advances the scan and the RNG).
+
+        Row ``b`` picks among its first ``n_b`` sites: uniformly (random scan, float64 uniforms so the bias is below
+        ``n_b 2^-53``), or through its own sweep of length ``n_b / k``.
+        """
         batch, n, k = state.tokens.shape[0], state.num_sites, self.block_size
         device = state.tokens.device
+        counts = state.site_counts
+        padding = torch.arange(n, device=device) >= counts[:, None]
         if self.scan == "random":
             if k == 1:
-                return torch.randint(n, (batch, 1), generator=state.generator, device=device)
-            return torch.rand(batch, n, generator=state.generator, device=device).argsort(1)[:, :k]
-        offset = (state.step * k) % n
+                uniform = torch.rand(batch, 1, generator=state.generator, device=device, dtype=torch.float64)
+                return (uniform * counts[:, None]).long()
+            keys = torch.rand(batch, n, generator=state.generator, device=device).masked_fill(padding, 2.0)
+            return keys.argsort(1)[:, :k]
+        offset = (state.step * k) % counts  # [B]
+        within = offset[:, None] + torch.arange(k, device=device)
         if self.scan == "sequential":
-            return torch.arange(offset, offset + k, device=device).expand(batch, k)
-        if offset == 0:
-            state.order = torch.rand(batch, n, generator=state.generator, device=device).argsort(1)
+            return within
+        restart = offset == 0
+        if restart.any():
+            keys = torch.rand(batch, n, generator=state.generator, device=device).masked_fill(padding, 2.0)
+            fresh = keys.argsort(1)
+            state.order = fresh if state.order is None else torch.where(restart[:, None], fresh, state.order)
         assert state.order is not None, "a sweep is resumed only from a state saved with its order"
-        return state.order[:, offset:offset + k]
+        return state.order.gather(1, within)
 
     def _energy(self, tokens: Tensor) -> Tensor:
         assert self.energy is not None
@@ -238,7 +308,8 @@ class GlauberSampler(nn.Module):
         proposal = state.tokens[rows].scatter(1, positions[rows], new[rows])
         proposal_energy = self._energy(proposal)
         log_reverse = log_q[rows].gather(-1, old[rows, :, None]).squeeze(-1).sum(1)
-        log_alpha = (state.energy[rows] - proposal_energy) / self.temperature + log_reverse - log_prob[rows].sum(1)
+        tau = self.temperature if isinstance(self.temperature, float) else self.temperature[rows].to(old.device)
+        log_alpha = (state.energy[rows] - proposal_energy) / tau + log_reverse - log_prob[rows].sum(1)
         accept_rows = uniform[rows].log() < log_alpha
         accepted[rows] = accept_rows
         state.energy[rows[accept_rows]] = proposal_energy[accept_rows]

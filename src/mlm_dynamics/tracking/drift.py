@@ -19,14 +19,19 @@ from ..diagnostics.meeting import HittingTimes
 from ..embedders.base import Embedder, cosine_distance
 
 
+def check_drift_options(*, thresholds: Sequence[float], every: int) -> None:
+    """ValueErrors naming the option, for :class:`DriftTracker` and the callbacks that build one."""
+    if every < 1:
+        raise ValueError(f"every must be >= 1, got {every}")
+    if not thresholds or any(not 0 < t <= 2 for t in thresholds):
+        raise ValueError(f"thresholds must be cosine distances in (0, 2], got {list(thresholds)}")
+
+
 class DriftTracker:
     """Online drift and threshold hitting times of ``B`` chains; embeddings only every ``every`` steps."""
 
     def __init__(self, embedder: Embedder, *, thresholds: Sequence[float] = (0.1, 0.2, 0.3), every: int = 10) -> None:
-        if every < 1:
-            raise ValueError(f"every must be >= 1, got {every}")
-        if not thresholds or any(not 0 < t <= 2 for t in thresholds):
-            raise ValueError(f"thresholds must be cosine distances in (0, 2], got {list(thresholds)}")
+        check_drift_options(thresholds=thresholds, every=every)
         self.embedder, self.every = embedder, every
         self.thresholds = torch.tensor(sorted(thresholds), dtype=torch.float32)
         self.reference: Tensor | None = None
