@@ -50,7 +50,7 @@ def test_n_log_n_fit_recovers_the_constant():
     groups = {0.5: {n: MeetingTimes(torch.tensor([t, t]), torch.tensor([False, True]))
                     for n, t in zip(ns, times, strict=True)}}
     fit = fit_by_temperature(groups)[0.5]
-    assert fit["C"] == pytest.approx(2.5) and fit["censored_fraction"] == 0.5
+    assert pytest.approx(2.5) == fit.C and fit.censored_fraction == 0.5
 
 
 def test_trap_tracker_entry_exit_dwell_and_recurrent_basins():

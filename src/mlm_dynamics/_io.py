@@ -11,7 +11,10 @@ def atomic_write(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` so that a kill at any moment leaves the old file or the new one, never a torn one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    umask = os.umask(0)
+    os.umask(umask)
     try:
+        os.chmod(temporary, 0o666 & ~umask)  # what open() would give, not mkstemp's 0600
         with os.fdopen(descriptor, "wb") as handle:
             handle.write(data)
             handle.flush()

@@ -1,4 +1,4 @@
-"""Command line: ``mlm-dynamics run --config configs/antiberty-default.yaml --out runs/default``.
+"""Command line: ``mlm-dynamics run|sweep --config FILE --out DIR [--set key=value ...]``.
 
 Argument parsing and printing only; the jobs are library functions in :mod:`mlm_dynamics.experiments`.
 """
@@ -15,11 +15,17 @@ from typing import Any
 import torch
 
 from .experiments import ConfigError, OutputLock, RunConfig, RunInterrupted, load_config, run_chains
+from .experiments.sweep import SweepConfig, run_sweep
 from .report import run_summary, write_run_report
+from .report.sweep_report import sweep_summary, write_sweep_report
+
+JOBS: dict[str, tuple[type, str]] = {"run": (RunConfig, "run Glauber chains and write a mixing report"),
+                                     "sweep": (SweepConfig, "meeting times over a (temperature x length) grid, "
+                                                            "C(tau) n log n fits, phase diagram, HTML report")}
 
 
 def config_keys(schema: Any, prefix: str = "") -> list[str]:
-    """``section.key (type, default)`` lines for every field of a config dataclass, for ``--help``."""
+    """``section.key = default  (type)`` lines for every field of a config dataclass, for ``--help``."""
     lines = []
     for item in dataclasses.fields(schema):
         default = item.default_factory() if item.default_factory is not dataclasses.MISSING else item.default
@@ -42,33 +48,45 @@ def check_out_dir(out: Path) -> None:
         raise ConfigError(f"--out {out} is not writable")
 
 
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(prog="mlm-dynamics", description=__doc__.split("\n")[0])
+    commands = root.add_subparsers(dest="command", required=True)
+    for name, (schema, help_text) in JOBS.items():
+        job = commands.add_parser(name, help=help_text, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                  epilog="config keys (set in --config YAML or with --set key=value):\n"
+                                         + "\n".join(config_keys(schema)))
+        job.add_argument("--config", type=Path, default=None, help="YAML config (default: the built-in defaults)")
+        job.add_argument("--out", type=Path, default=Path(f"runs/{name}"), help="output directory")
+        job.add_argument("--resume", action="store_true", help="continue from the checkpoint in OUT")
+        job.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                         help="override a config value, e.g. --set sampler.temperature=0.5")
+        job.add_argument("--quiet", action="store_true", help="no progress bars")
+    return root
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="mlm-dynamics", description=__doc__.split("\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    run = commands.add_parser("run", help="run Glauber chains and write a mixing report",
-                              formatter_class=argparse.RawDescriptionHelpFormatter,
-                              epilog="config keys (set in --config YAML or with --set key=value):\n"
-                                     + "\n".join(config_keys(RunConfig)))
-    run.add_argument("--config", type=Path, default=None, help="YAML config (defaults: the bundled antiberty)")
-    run.add_argument("--out", type=Path, default=Path("runs/default"), help="output directory")
-    run.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt (run.checkpoint_every)")
-    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                     help="override a config value, e.g. --set sampler.temperature=0.5")
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
     torch.set_num_threads(min(torch.get_num_threads(), 16))
+    schema = JOBS[args.command][0]
     try:
-        config = load_config(RunConfig, args.config, args.overrides)
+        config: Any = load_config(schema, args.config, args.overrides)
         check_out_dir(args.out)
         with OutputLock(args.out):
-            result = run_chains(config, args.out, resume=args.resume)
-            write_run_report(result, args.out)
+            if args.command == "run":
+                result = run_chains(config, args.out, resume=args.resume)
+                write_run_report(result, args.out)
+                summary = run_summary(result)
+            else:
+                swept = run_sweep(config, args.out, resume=args.resume, progress=not args.quiet)
+                write_sweep_report(swept, args.out)
+                summary = sweep_summary(swept)
     except (ValueError, FileNotFoundError, ModuleNotFoundError, FloatingPointError) as error:  # ConfigError too
         print(f"mlm-dynamics: error: {error}", file=sys.stderr)
         return 2
     except RunInterrupted as interrupted:
         print(f"mlm-dynamics: {interrupted}", file=sys.stderr)
         return 130
-    print(run_summary(result))
+    print(summary)
     print(f"report: {args.out / 'report.json'}")
     return 0
 

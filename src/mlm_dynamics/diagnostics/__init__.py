@@ -9,9 +9,32 @@ from .margins import LocalMargins, escape_probability_bound, local_margins
 from .meeting import HittingTimes, MeetingTimes
 from .quantiles import DEFAULT_LEVELS, quantile_key, quantile_summary, quantiles
 from .rectangle import RectangleReport, float_tolerance, rectangle_grid, sample_rectangles
-from .scaling import fit_by_temperature, fit_n_log_n
+from .scaling import BoundaryPoint, ScalingFit, fit_by_temperature, fit_n_log_n, fit_scaling, phase_boundary
 
-__all__ = ["DEFAULT_LEVELS", "HittingTimes", "InfluenceEstimate", "LocalMargins", "MeetingTimes", "RectangleReport",
-           "escape_probability_bound", "ess", "estimate_influence", "fit_by_temperature", "fit_n_log_n",
-           "float_tolerance", "local_margins", "mixing_time_bound", "quantile_key", "quantile_summary", "quantiles",
-           "rectangle_grid", "rhat", "sample_rectangles", "softmax_tv_bound"]
+__all__ = [
+           "DEFAULT_LEVELS",
+           "BoundaryPoint",
+           "HittingTimes",
+           "InfluenceEstimate",
+           "LocalMargins",
+           "MeetingTimes",
+           "RectangleReport",
+           "ScalingFit",
+           "escape_probability_bound",
+           "ess",
+           "estimate_influence",
+           "fit_by_temperature",
+           "fit_n_log_n",
+           "fit_scaling",
+           "float_tolerance",
+           "local_margins",
+           "mixing_time_bound",
+           "phase_boundary",
+           "quantile_key",
+           "quantile_summary",
+           "quantiles",
+           "rectangle_grid",
+           "rhat",
+           "sample_rectangles",
+           "softmax_tv_bound",
+]

@@ -59,15 +59,21 @@ class SentenceEmbedder:
 
 
 class HiddenStateEmbedder:
-    """Mean of the encoder's last hidden states over non-frame positions, normalised. Cost: one forward of B rows."""
+    """Mean of the encoder's last hidden states over the non-frame positions (or a given mask), normalised.
+
+    Pooling over the resampled sites only (``mask``) makes the embedding see the dynamics of a short window in a
+    long sequence. Cost: one forward of B rows.
+    """
 
     def __init__(self, denoiser: MaskedLMDenoiser) -> None:
         self.denoiser = denoiser
 
     @torch.no_grad()
-    def __call__(self, tokens: Tensor) -> Tensor:
+    def __call__(self, tokens: Tensor, mask: Tensor | None = None) -> Tensor:
+        """Embeddings ``[B, D]``; ``mask [B, L]`` chooses the positions pooled (default: the non-frame ones)."""
         hidden = self.denoiser.encoder(input_ids=tokens.to(self.denoiser.device)).last_hidden_state
-        keep = self.denoiser.free_mask(tokens).to(hidden.device, hidden.dtype)[..., None]
+        pooled = self.denoiser.free_mask(tokens) if mask is None else mask
+        keep = pooled.to(hidden.device, hidden.dtype)[..., None]
         return F.normalize((hidden * keep).sum(1) / keep.sum(1).clamp_min(1), dim=-1).float().cpu()
 
 

@@ -97,6 +97,16 @@ def load_checkpoint(path: Path, *, fingerprints: dict[str, str], map_location: t
     return payload, step
 
 
+class RunInterrupted(Exception):
+    """The run was interrupted (SIGINT); says where the last checkpoint is."""
+
+    def __init__(self, step: int, checkpoint: Path | None, checkpoint_step: int | None) -> None:
+        where = (f"last checkpoint at step {checkpoint_step}: {checkpoint} (continue with --resume)"
+                 if checkpoint is not None else "no checkpoint was written (set run.checkpoint_every to keep progress)")
+        super().__init__(f"interrupted at step {step}; {where}")
+        self.step, self.checkpoint, self.checkpoint_step = step, checkpoint, checkpoint_step
+
+
 class OutputLock:
     """Exclusive lock on ``OUT/.lock`` for the lifetime of a job; a second job into the same ``OUT`` is refused."""
 

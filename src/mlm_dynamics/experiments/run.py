@@ -22,19 +22,9 @@ from ..models.base import Denoiser
 from ..sampling.coupling import CoupledGlauberChains, randomize_sites
 from ..sampling.energy import PseudoLogLikelihoodEnergy
 from ..sampling.glauber import ChainState, GlauberSampler
-from .checkpoint import fingerprint, load_checkpoint, save_checkpoint
+from .checkpoint import RunInterrupted, fingerprint, load_checkpoint, save_checkpoint
 from .common import Codec, build_model, start_tokens, window_sites
 from .config import RunConfig, to_dict
-
-
-class RunInterrupted(Exception):
-    """The run was interrupted (SIGINT); says where the last checkpoint is."""
-
-    def __init__(self, step: int, checkpoint: Path | None, checkpoint_step: int | None) -> None:
-        where = (f"last checkpoint at step {checkpoint_step}: {checkpoint} (continue with --resume)"
-                 if checkpoint is not None else "no checkpoint was written (set run.checkpoint_every to keep progress)")
-        super().__init__(f"interrupted at step {step}; {where}")
-        self.step, self.checkpoint, self.checkpoint_step = step, checkpoint, checkpoint_step
 
 
 @dataclass

@@ -67,3 +67,47 @@ def tv_to_stationarity(kernel: Tensor, initial: Tensor, num_steps: int) -> Tenso
         law = law @ kernel
         distances.append(0.5 * (law - target).abs().sum())
     return torch.stack(distances)
+
+
+@torch.no_grad()
+def expected_meeting_times(denoiser: Denoiser, num_sites: int, temperature: float = 1.0) -> Tensor:
+    """``E[T_meet]`` ``[V^n, V^n]`` of the coupled chains of :class:`~mlm_dynamics.sampling.CoupledGlauberChains`.
+
+    The pair kernel: a shared uniform site ``i``; with ``m = min(p, q)`` for the two conditionals at ``i`` and
+    ``s = sum m``, the new pair is ``(a, a)`` with probability ``m(a)`` and ``(a, b)`` with probability
+    ``(p - m)(a) (q - m)(b) / (1 - s)`` (the construction of :func:`~mlm_dynamics.maximal_coupling`). The diagonal
+    is absorbing; ``E[T]`` solves ``(I - Q) t = 1`` on the off-diagonal pairs. Cost: ``n`` forward passes of ``V^n``
+    rows and a dense solve over ``V^n (V^n - 1)`` pairs (``V^n <= 64``).
+    """
+    states = denoiser.vocab.size
+    size = states**num_sites
+    if size > 64:
+        raise ValueError(f"num_sites: {states}^{num_sites} states give too many pairs to solve exactly")
+    allowed = denoiser.vocab.allowed_mask(denoiser.device)
+    configs = enumerate_states(num_sites, states, device=denoiser.device)
+    base = state_index(configs, states)
+    pair_kernel = torch.zeros(size, size, size, size, dtype=torch.float64, device=configs.device)
+    for site in range(num_sites):
+        positions = torch.full((size, 1), site, device=configs.device)
+        probs = tempered_log_probs(denoiser.conditional_logits(configs, positions)[:, 0], allowed, temperature,
+                                   dtype=torch.float64).exp()  # [S, V]
+        stride = states ** (num_sites - 1 - site)
+        tokens = torch.arange(states, device=configs.device)
+        targets = base[:, None] + (tokens[None, :] - configs[:, site:site + 1]) * stride  # [S, V]
+        p, q = probs[:, None, :], probs[None, :, :]  # [S, 1, V] for x, [1, S, V] for y
+        overlap = torch.minimum(p, q)  # [S, S, V]
+        apart = (1 - overlap.sum(-1))[..., None, None].clamp_min(1e-300)
+        joint = (p - overlap)[..., :, None] * (q - overlap)[..., None, :] / apart + torch.diag_embed(overlap)
+        rows = torch.arange(size, device=configs.device)
+        index = (rows[:, None, None, None], rows[None, :, None, None], targets[:, None, :, None],
+                 targets[None, :, None, :])
+        pair_kernel.index_put_(tuple(i.expand(size, size, states, states) for i in index), joint / num_sites,
+                               accumulate=True)
+    flat = pair_kernel.reshape(size * size, size * size)
+    off = ~torch.eye(size, dtype=torch.bool, device=configs.device).flatten()
+    transient = flat[off][:, off]
+    times = torch.linalg.solve(torch.eye(int(off.sum()), dtype=torch.float64, device=configs.device) - transient,
+                               torch.ones(int(off.sum()), dtype=torch.float64, device=configs.device))
+    out = torch.zeros(size * size, dtype=torch.float64, device=configs.device)
+    out[off] = times
+    return out.view(size, size)
