@@ -13,7 +13,8 @@ from mlm_dynamics.callbacks import InfluenceProbe, MixingDiagnostics, RectangleT
 from mlm_dynamics.cli import main
 from mlm_dynamics.sampling import check_temperature
 
-QUICK = ["--set", "model.num_layers=1", "--set", "chains.num_chains=2", "--set", "run.num_steps=2",
+QUICK = ["--set", "model.num_layers=1", "--set", "chains.num_chains=2",
+         "--set", "chains.temperatures=[1.0, 2.0]", "--set", "run.num_steps=2",
          "--set", "coupling.enabled=false", "--set", "rectangle.enabled=false", "--set", "margins.enabled=false",
          "--set", "influence.enabled=false"]
 
@@ -94,8 +95,8 @@ def test_errors_after_loading_still_name_the_parameter(tmp_path, capsys):
     for override, message in (("chains.window=[5, 500]", "chains.window"),
                               ("chains.sequences=[EVQLXZ]", "chains.sequences"),
                               ("chains.sequences=[EVQL, EVQLV]", "chains.sequences"),
-                              ("sampler.temperature=1e-310", "temperature")):  # logits / tau overflow float64
-        assert main(["run", "--out", str(tmp_path), "--set", override, *QUICK]) == 2, override
+                              ("chains.temperatures=[1e-310, 1.0]", "temperature")):  # logits / tau overflow float64
+        assert main(["run", "--out", str(tmp_path), *QUICK, "--set", override]) == 2, override
         assert message in capsys.readouterr().err, override
 
 

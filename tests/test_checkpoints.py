@@ -14,7 +14,8 @@ from mlm_dynamics.experiments.checkpoint import MAGIC, fingerprint
 from mlm_dynamics.models import PairwiseMRFDenoiser
 from mlm_dynamics.sampling import ChainState, GlauberSampler
 
-QUICK = ["--set", "model.num_layers=1", "--set", "chains.num_chains=2", "--set", "run.record_every=2",
+QUICK = ["--set", "model.num_layers=1", "--set", "chains.num_chains=2",
+         "--set", "chains.temperatures=[1.0, 2.0]", "--set", "run.record_every=2",
          "--set", "coupling.enabled=false", "--set", "rectangle.enabled=false", "--set", "margins.enabled=false",
          "--set", "influence.enabled=false", "--set", "chains.window=[90, 100]"]
 

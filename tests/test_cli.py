@@ -9,7 +9,8 @@ def test_main_job_writes_a_complete_report(tmp_path, capsys):
     pytest.importorskip("antiberty")
     out = tmp_path / "run"
     code = main(["run", "--config", "configs/antiberty-default.yaml", "--out", str(out),
-                 "--set", "model.num_layers=1", "--set", "chains.num_chains=2", "--set", "run.num_steps=6",
+                 "--set", "model.num_layers=1", "--set", "chains.num_chains=2",
+                 "--set", "chains.temperatures=[1.0, 2.0]", "--set", "run.num_steps=6",
                  "--set", "run.record_every=3", "--set", "coupling.num_pairs=2", "--set", "coupling.max_steps=4",
                  "--set", "rectangle.pairs_per_context=1", "--set", "rectangle.num_tokens=2",
                  "--set", "influence.max_sites=3", "--set", "influence.temperatures=[1.0]"])
@@ -20,7 +21,7 @@ def test_main_job_writes_a_complete_report(tmp_path, capsys):
     assert 0 <= chains["hamming_to_start_mean"] <= 6
     assert sum(chains["site_change_counts"]) <= 12
     assert all(len(s) == 122 for s in chains["final_sequences"])
-    assert len(report["mixing"]["meeting_times"]) == 2
+    assert [len(t["meeting_times"]) for t in report["mixing"]["by_temperature"]] == [2] * 4  # per temperature
     assert report["rectangle"]["num_rectangles"] == 2
     assert set(report["margins"]) == {"start", "final"}
     assert "dobrushin_tau1" in report["influence"] and report["influence"]["sites"] == [94, 95, 96]
@@ -41,7 +42,8 @@ def test_bad_configuration_exits_with_a_clear_message(tmp_path, capsys, override
     assert message in capsys.readouterr().err
 
 
-QUICK = ["--set", "model.num_layers=1", "--set", "chains.num_chains=2", "--set", "run.record_every=2",
+QUICK = ["--set", "model.num_layers=1", "--set", "chains.num_chains=2",
+         "--set", "chains.temperatures=[1.0, 2.0]", "--set", "run.record_every=2",
          "--set", "coupling.enabled=false", "--set", "rectangle.enabled=false", "--set", "margins.enabled=false",
          "--set", "run.checkpoint_every=2"]
 

@@ -137,3 +137,23 @@ def test_sweep_cli_resumes_bit_identically_after_an_interrupt(tmp_path, capsys, 
     assert main(["sweep", "--out", str(tmp_path / "split"), "--resume", *common]) == 0
     reports = [json.loads((tmp_path / d / "report.json").read_text())["sweep"] for d in ("whole", "split")]
     assert reports[0]["cells"] == reports[1]["cells"] and reports[0]["fit"] == reports[1]["fit"]
+
+
+def test_cells_sharded_over_two_processes_are_gathered_on_rank_zero(tmp_path):
+    """--devices 2 (Lightning Fabric, gloo on CPU): every cell comes back once, fits are made on the whole grid."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "sharded"
+    command = [sys.executable, "-m", "mlm_dynamics.cli", "sweep", "--devices", "2", "--quiet", "--out", str(out),
+               "--set", "grid.temperatures=[0.5, 4.0]", "--set", "grid.lengths=[3, 5]", "--set", "grid.pairs=24",
+               "--set", "grid.max_steps=3000", "--set", "drift.enabled=false"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    sweep = json.loads((out / "report.json").read_text())["sweep"]
+    assert sorted((c["temperature"], c["num_sites"]) for c in sweep["cells"]) == [(0.5, 3), (0.5, 5), (4.0, 3),
+                                                                                   (4.0, 5)]
+    assert {f["temperature"] for f in sweep["fit"]} == {0.5, 4.0}
+    assert "sharded over 2 processes" in " ".join(sweep["notes"])
+    by_temperature = {f["temperature"]: f["C"] for f in sweep["fit"]}
+    assert by_temperature[0.5] > by_temperature[4.0]

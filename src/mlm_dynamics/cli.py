@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from .experiments import ConfigError, OutputLock, RunConfig, RunInterrupted, load_config, run_chains
+from .experiments.distributed import run_sweep_sharded
 from .experiments.sweep import SweepConfig, run_sweep
 from .report import run_summary, write_run_report
 from .report.sweep_report import sweep_summary, write_sweep_report
@@ -61,6 +62,9 @@ def parser() -> argparse.ArgumentParser:
         job.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                          help="override a config value, e.g. --set sampler.temperature=0.5")
         job.add_argument("--quiet", action="store_true", help="no progress bars")
+        if name == "sweep":
+            job.add_argument("--devices", type=int, default=1,
+                             help="shard the cells over N processes (Lightning Fabric; GPUs or CPU cores)")
     return root
 
 
@@ -77,7 +81,11 @@ def main(argv: list[str] | None = None) -> int:
                 write_run_report(result, args.out)
                 summary = run_summary(result)
             else:
-                swept = run_sweep(config, args.out, resume=args.resume, progress=not args.quiet)
+                if args.devices > 1:
+                    swept = run_sweep_sharded(config, args.out, devices=args.devices, resume=args.resume,
+                                              progress=not args.quiet)
+                else:
+                    swept = run_sweep(config, args.out, resume=args.resume, progress=not args.quiet)
                 write_sweep_report(swept, args.out)
                 summary = sweep_summary(swept)
     except (ValueError, FileNotFoundError, ModuleNotFoundError, FloatingPointError) as error:  # ConfigError too

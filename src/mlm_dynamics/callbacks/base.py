@@ -20,11 +20,24 @@ from typing import Any
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_warn
+from matplotlib.figure import Figure
 from torch import Tensor
 
 from ..models.base import Denoiser, require_integer
 from ..report.writers import finite
+
+
+def log_figure(trainer: Trainer, tag: str, figure: Figure) -> None:
+    """``figure`` to every logger that takes images: TensorBoard (``add_figure``) and W&B (``wandb.Image``)."""
+    for logger in trainer.loggers:
+        if isinstance(logger, TensorBoardLogger):
+            logger.experiment.add_figure(tag, figure, global_step=trainer.global_step, close=False)
+        elif isinstance(logger, WandbLogger):
+            import wandb
+
+            logger.experiment.log({tag: wandb.Image(figure), "trainer/global_step": trainer.global_step})
 
 
 def default_batch_to_tokens(batch: Any) -> Tensor:
@@ -42,7 +55,8 @@ class DiagnosticCallback(Callback, abc.ABC):
     def __init__(self, *, every_n_train_steps: int | None = None, on_validation_end: bool = True,
                  on_predict_end: bool = False, denoiser_fn: Callable[[LightningModule], Denoiser] | None = None,
                  start_tokens: Tensor | None = None, batch_to_tokens: Callable[[Any], Tensor] = default_batch_to_tokens,
-                 num_starts: int = 4, budget_seconds: float | None = None, seed: int = 0, prefix: str = "") -> None:
+                 num_starts: int = 4, budget_seconds: float | None = None, seed: int = 0, prefix: str = "",
+                 log_figures: bool = False) -> None:
         if every_n_train_steps is not None and every_n_train_steps < 1:
             raise ValueError(f"every_n_train_steps must be >= 1 or None, got {every_n_train_steps}")
         if num_starts < 1:
@@ -56,6 +70,7 @@ class DiagnosticCallback(Callback, abc.ABC):
             every_n_train_steps, on_validation_end, on_predict_end)
         self.denoiser_fn, self.start_tokens, self.batch_to_tokens = denoiser_fn, start_tokens, batch_to_tokens
         self.num_starts, self.budget_seconds, self.prefix = num_starts, budget_seconds, prefix
+        self.log_figures = log_figures
         self.generator = torch.Generator().manual_seed(seed)
         self.latest_tokens: Tensor | None = None
         self.runs = 0
@@ -134,6 +149,14 @@ class DiagnosticCallback(Callback, abc.ABC):
                            "no further runs")
         self.last_metrics = metrics
         self._log(trainer, pl_module, stage, metrics)
+        if self.log_figures and stage == "validation":
+            for name, figure in self.figures().items():
+                log_figure(trainer, f"{self.prefix}{name}", figure)
+
+    def figures(self) -> dict[str, Figure]:
+        """Figures of the latest run, by metric-style name (subclasses override); logged at validation end when
+        ``log_figures`` is set."""
+        return {}
 
     def _log(self, trainer: Trainer, pl_module: LightningModule, stage: str, metrics: dict[str, float]) -> None:
         metrics = finite(metrics)  # undefined values (no contraction on the grid, say) are not logged

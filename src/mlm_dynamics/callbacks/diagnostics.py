@@ -9,14 +9,17 @@ from typing import Any
 import torch
 from lightning.pytorch import Trainer
 from lightning.pytorch.loggers import WandbLogger
+from matplotlib.figure import Figure
 from torch import Tensor
 
 from ..diagnostics.influence import check_temperatures, estimate_influence
-from ..diagnostics.rectangle import check_rectangle_options, sample_rectangles
+from ..diagnostics.meeting import MeetingTimes
+from ..diagnostics.rectangle import RectangleReport, check_rectangle_options, sample_rectangles
 from ..embedders.base import Codec, Embedder, HiddenStateEmbedder
 from ..metrics.aggregates import MeetingTimeMetric, RectanglePrevalence
 from ..models.base import Denoiser
 from ..models.huggingface import MaskedLMDenoiser
+from ..report import figures as report_figures
 from ..sampling.categorical import check_temperature
 from ..sampling.coupling import CoupledGlauberChains, lagged_meeting_times, randomize_sites
 from ..sampling.glauber import ChainState, GlauberSampler
@@ -49,6 +52,7 @@ class MixingDiagnostics(DiagnosticCallback):
         self.max_steps, self.lag, self.t_values = max_steps, lag, tuple(t_values)
         self.meeting = MeetingTimeMetric()
         self.lagged = MeetingTimeMetric(tv_steps=self.t_values) if lag else None
+        self.latest: MeetingTimes | None = None
 
     def measure(self, denoiser: Denoiser, starts: Tensor, trainer: Trainer) -> dict[str, float]:
         sampler = GlauberSampler(denoiser, self.temperature)
@@ -58,6 +62,7 @@ class MixingDiagnostics(DiagnosticCallback):
         result = chains.run(chains.init_state(starts, y0, seed=self.next_seed(), sites=sites), self.max_steps)
         self.meeting.to(starts.device).reset()  # states on the model's device, so DDP can gather them
         self.meeting.update(result)
+        self.latest = result
         p = f"{self.prefix}mixing/"
         metrics = {f"{p}{k}": v for k, v in self.meeting.compute().items()}
         if self.lagged is not None and self.lag is not None:
@@ -68,6 +73,11 @@ class MixingDiagnostics(DiagnosticCallback):
             self.lagged.update(lagged)
             metrics.update({f"{p}lagged/{k}": v for k, v in self.lagged.compute().items()})
         return metrics
+
+    def figures(self) -> dict[str, Figure]:
+        if self.latest is None:
+            return {}
+        return {"mixing/survival": report_figures.ladder_survival({self.temperature: self.latest})}
 
 
 class RectangleTest(DiagnosticCallback):
@@ -83,6 +93,7 @@ class RectangleTest(DiagnosticCallback):
         self.pairs_per_context, self.num_tokens, self.max_distance = pairs_per_context, num_tokens, max_distance
         self.temperature = check_temperature(temperature)
         self.prevalence = RectanglePrevalence()
+        self.latest: RectangleReport | None = None
 
     def measure(self, denoiser: Denoiser, starts: Tensor, trainer: Trainer) -> dict[str, float]:
         report = sample_rectangles(denoiser, starts, pairs_per_context=self.pairs_per_context,
@@ -90,7 +101,13 @@ class RectangleTest(DiagnosticCallback):
                                    temperature=self.temperature, generator=self.generator)
         self.prevalence.to(starts.device).reset()
         self.prevalence.update(report)
+        self.latest = report
         return {f"{self.prefix}rectangle/{k}": v for k, v in self.prevalence.compute().items()}
+
+    def figures(self) -> dict[str, Figure]:
+        if self.latest is None:
+            return {}
+        return {"rectangle/histogram": report_figures.rectangle_histogram(self.latest)}
 
 
 class InfluenceProbe(DiagnosticCallback):

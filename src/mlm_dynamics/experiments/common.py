@@ -10,7 +10,7 @@ from torch import Tensor
 from ..models.base import Denoiser
 from ..models.huggingface import MaskedLMDenoiser, TextCodec
 from ..models.pretrained import EXAMPLE_ANTIBODIES, ResidueCodec, load_antiberty
-from .config import ConfigError, ModelConfig, check_device
+from .config import DTYPES, ConfigError, ModelConfig, check_device
 
 Codec = TextCodec | ResidueCodec
 
@@ -18,12 +18,13 @@ Codec = TextCodec | ResidueCodec
 def build_model(spec: ModelConfig) -> tuple[Denoiser, Codec]:
     """The denoiser and its codec (``encode``/``decode``) described by ``spec`` (validated already)."""
     device = check_device("model.device", spec.device)
+    dtype = DTYPES[spec.dtype]
     if spec.source == "antiberty":
-        return load_antiberty(device=device, num_layers=spec.num_layers)
+        return load_antiberty(device=device, dtype=dtype, num_layers=spec.num_layers)
     if spec.num_layers is not None:
         raise ConfigError("model.num_layers applies to the bundled antiberty only; use a smaller model instead")
     assert spec.name_or_path is not None  # checked by ModelConfig.validate
-    return MaskedLMDenoiser.from_pretrained(spec.name_or_path, device=device)
+    return MaskedLMDenoiser.from_pretrained(spec.name_or_path, device=device, dtype=dtype)
 
 
 def start_tokens(sequences: Sequence[str] | None, num_chains: int, codec: Codec) -> Tensor:

@@ -22,6 +22,7 @@ from omegaconf.errors import OmegaConfBaseException
 from ..sampling.glauber import SCAN_ORDERS
 
 MODEL_SOURCES = ("antiberty", "huggingface")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 class ConfigError(ValueError):
@@ -56,15 +57,18 @@ def _positive_temperatures(key: str, values: Sequence[float]) -> None:
 
 @dataclass
 class ModelConfig:
-    """``source``: ``antiberty`` (bundled) or ``huggingface`` (``name_or_path``: hub name or local directory)."""
+    """``source``: ``antiberty`` (bundled) or ``huggingface`` (``name_or_path``: hub name or local directory);
+    ``dtype`` of the weights: ``float32``, ``bfloat16`` or ``float16`` (sampling itself stays float64)."""
 
     source: str = "antiberty"
     name_or_path: str | None = None
     num_layers: int | None = None
     device: str = "cpu"
+    dtype: str = "float32"
 
     def validate(self, key: str = "model") -> None:
         require(self.source in MODEL_SOURCES, f"{key}.source", f"be one of {list(MODEL_SOURCES)}", self.source)
+        require(self.dtype in DTYPES, f"{key}.dtype", f"be one of {list(DTYPES)}", self.dtype)
         if self.source == "huggingface":
             require(bool(self.name_or_path), f"{key}.name_or_path", "be set when model.source is 'huggingface'",
                     self.name_or_path)
@@ -75,12 +79,22 @@ class ModelConfig:
 
 @dataclass
 class ChainsConfig:
-    """Start sequences (cycled over ``num_chains`` chains) and the ``[start, stop)`` window of resampled sites."""
+    """Start sequences (cycled over ``num_chains`` chains), the ``[start, stop)`` window of resampled sites, and
+    optionally a temperature ladder: the chains split into equal blocks, one per temperature, all in one batch
+    (``null``: every chain at ``sampler.temperature``)."""
 
     sequences: list[str] | None = None
     num_chains: int = 8
     window: list[int] | None = None
     seed: int = 0
+    temperatures: list[float] | None = None
+
+    def per_chain_temperatures(self, default: float) -> list[float]:
+        """The temperature of each chain."""
+        if self.temperatures is None:
+            return [default] * self.num_chains
+        block = self.num_chains // len(self.temperatures)
+        return [self.temperatures[c // block] for c in range(self.num_chains)]
 
     def validate(self, key: str = "chains") -> None:
         require(self.sequences is None or len(self.sequences) > 0, f"{key}.sequences",
@@ -90,6 +104,10 @@ class ChainsConfig:
             require(len(self.window) == 2 and 0 <= self.window[0] < self.window[1], f"{key}.window",
                     "be [start, stop) with 0 <= start < stop", self.window)
         require(self.seed >= 0, f"{key}.seed", "be >= 0", self.seed)
+        if self.temperatures is not None:
+            _positive_temperatures(f"{key}.temperatures", self.temperatures)
+            require(self.num_chains % len(self.temperatures) == 0, f"{key}.num_chains",
+                    f"be a multiple of the {len(self.temperatures)} chains.temperatures", self.num_chains)
 
 
 @dataclass
@@ -128,15 +146,47 @@ class StepsConfig:
 
 @dataclass
 class CouplingConfig:
-    """Maximally coupled pairs (start sequence vs random tokens on the sites) followed for ``max_steps``."""
+    """Maximally coupled pairs (start sequence vs random tokens on the sites) followed for ``max_steps``, at each
+    temperature of ``temperatures`` (``null``: the sampler's), all in one batch; met pairs leave the batch."""
 
     enabled: bool = True
     num_pairs: int = 4
     max_steps: int = 200
+    temperatures: list[float] | None = None
 
     def validate(self, key: str = "coupling") -> None:
         require(self.num_pairs >= 1, f"{key}.num_pairs", "be >= 1", self.num_pairs)
         require(self.max_steps >= 1, f"{key}.max_steps", "be >= 1", self.max_steps)
+        if self.temperatures is not None:
+            _positive_temperatures(f"{key}.temperatures", self.temperatures)
+            require(len(set(self.temperatures)) == len(self.temperatures), f"{key}.temperatures", "be distinct",
+                    self.temperatures)
+
+
+@dataclass
+class SemanticsConfig:
+    """Drift, traps and basins of the chains in the model's own hidden states pooled over the resampled sites,
+    observed every ``every`` steps. Radii are fractions of the median distance from the start to random fillings of
+    the sites (the embedder's own scale): a trap is ``dwell`` steps within ``trap_radius``, basins are trap anchors
+    within ``basin_radius`` of each other."""
+
+    enabled: bool = True
+    every: int = 10
+    trap_radius: float = 0.15
+    basin_radius: float = 0.3
+    dwell: int = 40
+    thresholds: list[float] = field(default_factory=lambda: [0.25, 0.5])
+    reference_samples: int = 16
+
+    def validate(self, key: str = "semantics") -> None:
+        require(self.every >= 1, f"{key}.every", "be >= 1", self.every)
+        for name in ("trap_radius", "basin_radius"):
+            value = getattr(self, name)
+            require(0 < value <= 1, f"{key}.{name}", "be a fraction in (0, 1]", value)
+        require(self.dwell >= 1, f"{key}.dwell", "be >= 1", self.dwell)
+        require(len(self.thresholds) > 0 and all(0 < t <= 1 for t in self.thresholds), f"{key}.thresholds",
+                "be a non-empty list of fractions in (0, 1]", self.thresholds)
+        require(self.reference_samples >= 1, f"{key}.reference_samples", "be >= 1", self.reference_samples)
 
 
 @dataclass
@@ -191,6 +241,7 @@ class RunConfig:
     rectangle: RectangleConfig = field(default_factory=RectangleConfig)
     margins: MarginsConfig = field(default_factory=MarginsConfig)
     influence: InfluenceConfig = field(default_factory=InfluenceConfig)
+    semantics: SemanticsConfig = field(default_factory=SemanticsConfig)
 
     def validate(self) -> None:
         """Range checks of every section (types were checked on loading); raises :class:`ConfigError`."""
@@ -208,7 +259,7 @@ class RunConfig:
     def resume_fingerprint(self) -> dict[str, Any]:
         """What a resumed run must share with its checkpoint: everything but the budgets and the report sections."""
         data = to_dict(self)
-        return {key: data[key] for key in ("model", "chains", "sampler")} | {
+        return {key: data[key] for key in ("model", "chains", "sampler", "semantics")} | {
             "record_every": self.run.record_every}
 
 

@@ -1,4 +1,4 @@
-"""The ``run`` job: Glauber chains on one model, with coupling, rectangle, margin and influence sections.
+"""The ``run`` job: Glauber chains on one model, with semantics, coupling, rectangle, margin and influence sections.
 
 ``run_chains(config, out_dir)`` loads the model, steps the chains (checkpointing every ``run.checkpoint_every``
 steps), then measures the sections and returns a :class:`ChainRunResult`; :mod:`mlm_dynamics.report` writes it.
@@ -17,24 +17,68 @@ from torch import Tensor
 from ..diagnostics.influence import InfluenceEstimate, estimate_influence
 from ..diagnostics.margins import LocalMargins, local_margins
 from ..diagnostics.meeting import MeetingTimes
+from ..diagnostics.quantiles import quantile_summary
 from ..diagnostics.rectangle import RectangleReport, sample_rectangles
+from ..embedders.base import HiddenStateEmbedder, cosine_distance
 from ..models.base import Denoiser
-from ..sampling.coupling import CoupledGlauberChains, randomize_sites
+from ..models.huggingface import MaskedLMDenoiser
+from ..sampling.coupling import CoupledGlauberChains, randomize_sites, resampled_mask
 from ..sampling.energy import PseudoLogLikelihoodEnergy
 from ..sampling.glauber import ChainState, GlauberSampler
+from ..tracking.monitor import ChainMonitor
+from ..tracking.traps import TrapEvent, TrapTracker
 from .checkpoint import RunInterrupted, fingerprint, load_checkpoint, save_checkpoint
 from .common import Codec, build_model, start_tokens, window_sites
-from .config import RunConfig, to_dict
+from .config import ConfigError, RunConfig, to_dict
 
 
 @dataclass
 class CouplingResult:
-    """Meeting times of maximally coupled pairs (start sequence vs random tokens) and their Hamming distances."""
+    """Meeting times of maximally coupled pairs (start sequence vs random tokens) per temperature of the ladder, and
+    the pairs' Hamming distances at the start and at the end (0 once met)."""
 
-    times: MeetingTimes
+    times: dict[float, MeetingTimes]
     hamming_start: list[int]
     hamming_end: list[int]
     seconds: float
+    rows: int = 0
+
+
+@dataclass
+class SemanticsResult:
+    """Drift, traps and basins of the chains in hidden-state space (see :class:`~.config.SemanticsConfig`).
+
+    Attributes:
+        scale: median distance from the start to random fillings of the sites (the unit of the radii).
+        steps: observation steps; embeddings: ``[observations, chains, D]``; basins: ``[observations, chains]``
+            basin id of each trapped chain (-1: not trapped); metrics: the last observation's monitor scalars.
+    """
+
+    scale: float
+    steps: list[int]
+    embeddings: Tensor
+    basins: Tensor
+    drift: Tensor
+    metrics: dict[str, float]
+    dwell_times: Tensor
+    temperatures: list[float]
+    events: list[TrapEvent]
+
+    def by_temperature(self) -> list[dict[str, float]]:
+        """Per chain temperature: final drift (in units of :attr:`scale`), traps, distinct basins, trapped fraction
+        of the observations, and the median dwell time (open traps counted up to the last observation)."""
+        out = []
+        now = self.steps[-1]
+        for tau in sorted(set(self.temperatures)):
+            chains = [c for c, t in enumerate(self.temperatures) if t == tau]
+            events = [e for e in self.events if e.chain in chains]
+            dwell = torch.tensor([float(e.dwell(now)) for e in events], dtype=torch.float64)
+            out.append({"temperature": tau,
+                        "drift_over_scale_final": float(self.drift[-1, chains].mean()) / self.scale,
+                        "num_traps": float(len(events)), "num_basins": float(len({e.basin for e in events})),
+                        "trapped_fraction": float((self.basins[:, chains] >= 0).double().mean()),
+                        **quantile_summary("dwell_time", dwell, (0.5,))})
+        return out
 
 
 @dataclass
@@ -46,6 +90,7 @@ class ChainRunResult:
     chains: dict[str, Any]
     final_sequences: list[str]
     trajectory: list[dict[str, Any]] = field(default_factory=list)
+    semantics: SemanticsResult | None = None
     coupling: CouplingResult | None = None
     rectangle: RectangleReport | None = None
     margins: dict[str, LocalMargins] | None = None
@@ -67,7 +112,10 @@ def run_chains(config: RunConfig, out_dir: Path | None = None, *, resume: bool =
     load_seconds = time.perf_counter() - t0
     tokens = start_tokens(config.chains.sequences, config.chains.num_chains, codec).to(denoiser.device)
     sites = window_sites(denoiser, tokens, config.chains.window)
-    sampler = GlauberSampler(denoiser, **to_dict(config.sampler))
+    temperatures = config.chains.per_chain_temperatures(config.sampler.temperature)
+    ladder: float | Tensor = (torch.tensor(temperatures, dtype=torch.float64) if config.chains.temperatures
+                              else config.sampler.temperature)
+    sampler = GlauberSampler(denoiser, **(to_dict(config.sampler) | {"temperature": ladder}))
     state = sampler.init_state(tokens, seed=config.chains.seed, sites=sites)
     start = state.tokens.clone()
     pll = PseudoLogLikelihoodEnergy(denoiser, sites=sites)
@@ -77,12 +125,18 @@ def run_chains(config: RunConfig, out_dir: Path | None = None, *, resume: bool =
     progress: dict[str, Any] = {"changes": torch.zeros(sites.shape, dtype=torch.long, device=tokens.device),
                                 "changed_steps": torch.zeros(tokens.shape[0], device=tokens.device),
                                 "log_prob_sum": 0.0, "rows": []}
+    generator = torch.Generator(device=tokens.device).manual_seed(config.chains.seed + 1)
+    watch = _Semantics(denoiser, state, config) if config.semantics.enabled else None
+    if watch is not None:
+        progress["semantics"] = watch.state_dict()
     checkpoint_step = None
     if resume:
         assert checkpoint_path is not None
         saved, checkpoint_step = load_checkpoint(checkpoint_path, fingerprints=fingerprints,
                                                  map_location=tokens.device)
         state, progress = ChainState.from_state_dict(saved["chains"], tokens.device), saved["progress"]
+        if watch is not None:
+            watch.load_state_dict(progress["semantics"])
         if state.step > config.run.num_steps:
             raise ValueError(f"run.num_steps {config.run.num_steps} is below the checkpoint's step {state.step}")
         # the previous run's final step is recorded even off the record grid; it is not final any more
@@ -99,6 +153,9 @@ def run_chains(config: RunConfig, out_dir: Path | None = None, *, resume: bool =
             progress["changes"] += ((sites[:, :, None] == record.positions[:, None, :]) & moved[:, None, :]).any(2)
             if record.step % record_every == 0 or record.step == num_steps:
                 progress["rows"] += _trajectory_rows(record.step, state.tokens, start, codec)
+            if watch is not None:
+                watch.observe(state)
+                progress["semantics"] = watch.state_dict()
             if every and checkpoint_path is not None and (record.step % every == 0 or record.step == num_steps):
                 save_checkpoint(checkpoint_path, {"chains": state.state_dict(), "progress": progress},
                                 fingerprints=fingerprints, step=record.step)
@@ -110,8 +167,15 @@ def run_chains(config: RunConfig, out_dir: Path | None = None, *, resume: bool =
     end_energy = pll(state.tokens)
     hamming = (state.tokens != start).sum(1).float()
     final_rows = [row for row in progress["rows"] if row["step"] == num_steps]
+    by_temperature = []
+    for tau in sorted(set(temperatures)):
+        rows = torch.tensor([t == tau for t in temperatures], device=tokens.device)
+        by_temperature.append({"temperature": tau, "change_rate": float(progress["changed_steps"][rows].mean()
+                                                                         / num_steps),
+                               "hamming_to_start_mean": float(hamming[rows].mean())})
     chains = {
         "num_chains": tokens.shape[0], "num_sites": sites.shape[1], "num_steps": num_steps,
+        "by_temperature": by_temperature,
         "steps_per_second": round((num_steps - first_step) / max(chain_seconds, 1e-9), 3),
         "change_rate": float(progress["changed_steps"].mean() / num_steps),
         "mean_log_prob_of_proposal": progress["log_prob_sum"] / num_steps,
@@ -125,10 +189,11 @@ def run_chains(config: RunConfig, out_dir: Path | None = None, *, resume: bool =
         model={"vocab_size": denoiser.vocab.size, "parameters": sum(p.numel() for p in denoiser.parameters()),
                "load_seconds": round(load_seconds, 2)},
         final_sequences=[codec.decode(t.tolist()) for t in state.tokens])
-    generator = torch.Generator(device=tokens.device).manual_seed(config.chains.seed + 1)
+    if watch is not None:
+        result.semantics = watch.result(temperatures)
     if config.coupling.enabled:
-        result.coupling = measure_coupling(sampler, start, sites, config.coupling.num_pairs,
-                                           config.coupling.max_steps, generator)
+        coupling_ladder = config.coupling.temperatures or [config.sampler.temperature]
+        result.coupling = measure_coupling(denoiser, config, start, sites, coupling_ladder, generator)
     if config.rectangle.enabled:
         spec = config.rectangle
         result.rectangle = sample_rectangles(denoiser, state.tokens, pairs_per_context=spec.pairs_per_context,
@@ -149,20 +214,28 @@ def _trajectory_rows(step: int, tokens: Tensor, start: Tensor, codec: Codec) -> 
              "sequence": codec.decode(tokens[chain].tolist())} for chain in range(tokens.shape[0])]
 
 
-def measure_coupling(sampler: GlauberSampler, start: Tensor, sites: Tensor, num_pairs: int, max_steps: int,
-                     generator: torch.Generator) -> CouplingResult:
-    """Pairs from the first start sequence vs uniformly random tokens on its sites, for ``max_steps`` steps."""
-    x0 = start[:1].expand(num_pairs, -1).clone()
-    pair_sites = sites[:1].expand(num_pairs, -1)
-    y0 = randomize_sites(sampler.denoiser, x0, pair_sites, generator)
+def measure_coupling(denoiser: Denoiser, config: RunConfig, start: Tensor, sites: Tensor,
+                     temperatures: list[float], generator: torch.Generator) -> CouplingResult:
+    """``coupling.num_pairs`` pairs per temperature, the first start sequence vs uniformly random tokens on its sites,
+    all temperatures in one batch (per-row temperatures; met pairs leave the batch), for ``coupling.max_steps``."""
+    num_pairs, max_steps = config.coupling.num_pairs, config.coupling.max_steps
+    rows = num_pairs * len(temperatures)
+    x0 = start[:1].expand(rows, -1).clone()
+    pair_sites = sites[:1].expand(rows, -1)
+    y0 = randomize_sites(denoiser, x0, pair_sites, generator)
+    ladder = torch.tensor(temperatures, dtype=torch.float64).repeat_interleave(num_pairs)
+    sampler = GlauberSampler(denoiser, **(to_dict(config.sampler) | {"temperature": ladder}))
     t0 = time.perf_counter()
-    chains = CoupledGlauberChains(sampler)
+    chains = CoupledGlauberChains(sampler, freeze_met=True)
     seed = int(torch.randint(2**31, (1,), generator=generator, device=generator.device))
     state = chains.init_state(x0, y0, seed=seed, sites=pair_sites)
     initial = (state.x.tokens != state.y).sum(1).tolist()
-    times = chains.run(state, max_steps)
+    pooled = chains.run(state, max_steps)
+    times = {tau: MeetingTimes(times=pooled.times[k * num_pairs:(k + 1) * num_pairs],
+                               censored=pooled.censored[k * num_pairs:(k + 1) * num_pairs], max_steps=pooled.max_steps)
+             for k, tau in enumerate(temperatures)}
     return CouplingResult(times=times, hamming_start=initial, hamming_end=(state.x.tokens != state.y).sum(1).tolist(),
-                          seconds=round(time.perf_counter() - t0, 2))
+                          seconds=round(time.perf_counter() - t0, 2), rows=state.rows)
 
 
 def measure_influence(denoiser: Denoiser, tokens: Tensor, sites: Tensor, config: RunConfig,
@@ -171,3 +244,63 @@ def measure_influence(denoiser: Denoiser, tokens: Tensor, sites: Tensor, config:
     spec = config.influence
     return estimate_influence(denoiser, tokens[: spec.num_contexts], temperatures=spec.temperatures,
                               sites=sites[0, : spec.max_sites], replacements=spec.replacements, generator=generator)
+
+
+class _Semantics:
+    """A :class:`~mlm_dynamics.tracking.ChainMonitor` in hidden-state space pooled over the resampled sites, with
+    radii calibrated to the distance from the start to random fillings, plus the embeddings kept for the PCA."""
+
+    def __init__(self, denoiser: Denoiser, state: ChainState, config: RunConfig) -> None:
+        if not isinstance(denoiser, MaskedLMDenoiser):
+            raise ConfigError("semantics needs a masked LM's hidden states; set semantics.enabled=false")
+        spec = config.semantics
+        mask = resampled_mask(state)
+        embedder = HiddenStateEmbedder(denoiser)
+        start = state.tokens.clone()
+        generator = torch.Generator(device=start.device).manual_seed(config.chains.seed + 2)
+        reference = embedder(start, mask)
+        allowed = denoiser.vocab.allowed_mask(start.device).nonzero().squeeze(1)
+        samples = []
+        for _ in range(spec.reference_samples):
+            filled = torch.where(mask, allowed[torch.randint(len(allowed), start.shape, generator=generator,
+                                                             device=start.device)], start)
+            samples.append(cosine_distance(embedder(filled, mask), reference))
+        self.scale = float(torch.stack(samples).median())
+        self.monitor = ChainMonitor(lambda tokens: embedder(tokens, mask), every=spec.every,
+                                    thresholds=[t * self.scale for t in spec.thresholds],
+                                    traps=TrapTracker(radius=spec.trap_radius * self.scale, dwell=spec.dwell,
+                                                      basin_radius=spec.basin_radius * self.scale),
+                                    temperature=config.sampler.temperature, prefix="")
+        self.monitor.start(state)
+        self.embeddings: list[Tensor] = [reference.cpu()]
+        self.basins: list[Tensor] = [torch.full((start.shape[0],), -1)]
+        self.steps: list[int] = [state.step]
+
+    def observe(self, state: ChainState) -> None:
+        if self.monitor.observe(state) is None:
+            return
+        traps = self.monitor.traps
+        assert traps is not None and self.monitor.drift.latest_embeddings is not None
+        self.embeddings.append(self.monitor.drift.latest_embeddings.cpu())
+        self.basins.append(torch.tensor([-1 if e is None else traps.events[e].basin for e in traps.open_event]))
+        self.steps.append(state.step)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"monitor": self.monitor.state_dict(), "embeddings": list(self.embeddings),
+                "basins": list(self.basins), "steps": list(self.steps)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.monitor.load_state_dict(state["monitor"])
+        self.embeddings, self.basins = list(state["embeddings"]), list(state["basins"])
+        self.steps = list(state["steps"])
+
+    def result(self, temperatures: list[float]) -> SemanticsResult:
+        history = self.monitor.history[-1] if self.monitor.history else {}
+        traps = self.monitor.traps
+        assert traps is not None
+        drift = torch.stack([cosine_distance(e, self.embeddings[0]) for e in self.embeddings])
+        return SemanticsResult(scale=self.scale, steps=list(self.steps), embeddings=torch.stack(self.embeddings),
+                               basins=torch.stack(self.basins), drift=drift,
+                               metrics={k: float(v) for k, v in history.items() if k != "step"},
+                               dwell_times=traps.dwell_times(include_open=True), temperatures=temperatures,
+                               events=list(traps.events))

@@ -6,8 +6,11 @@ uniformly random tokens on the sites; ``random-random``: two independent random 
 advance together, one forward pass per step (per-row temperatures, padded sites with per-row counts), and pairs that
 have met leave the batch. Optional drift chains (``drift.chains`` per cell, from the natural start) record the
 hitting times of distance thresholds: the fraction of resampled sites changed (``hamming``) or the cosine distance
-of hidden states pooled over the resampled sites (``embedding``). Toy models (``ising``, ``potts``) are one chain of
-``n`` sites per length (one forward per length); masked LMs resample a window of ``n`` sites of one context.
+of hidden states pooled over the resampled sites (``embedding``). Thresholds are fractions of each row's own scale
+(``drift.relative``, default): the median distance from the start to ``drift.reference_samples`` uniformly random
+fillings of its sites, so 0.5 means half way to an unrelated state, whatever the embedder and ``n``. Toy models
+(``ising``, ``potts``) are one chain of ``n`` sites per length (one forward per length); masked LMs resample a
+window of ``n`` sites of one context.
 
 Per temperature, ``C(tau)`` is fitted to the mean meeting times against ``n log n`` (bootstrap interval over pairs);
 per length, the boundary ``tau_c(n)`` is where half the pairs are censored; beside it the Dobrushin ``tau*`` of
@@ -38,7 +41,7 @@ from ..sampling.coupling import CoupledGlauberChains, CoupledState, lagged_meeti
 from ..sampling.glauber import ChainState, GlauberSampler
 from .checkpoint import RunInterrupted, fingerprint, load_checkpoint, save_checkpoint
 from .common import build_model, start_tokens
-from .config import ConfigError, ModelConfig, check_device, require, to_dict
+from .config import MODEL_SOURCES, ConfigError, ModelConfig, check_device, require, to_dict
 
 START_KINDS = ("natural-random", "random-random")
 TOY_SOURCES = ("ising", "potts")
@@ -46,23 +49,21 @@ DISTANCES = ("hamming", "embedding")
 
 
 @dataclass
-class SweepModelConfig:
+class SweepModelConfig(ModelConfig):
     """``source``: ``ising``/``potts`` (toy chains of ``n`` sites with ``coupling`` J, ``field`` h, ``states``
-    colours) or ``antiberty``/``huggingface`` (as in the ``run`` job)."""
+    colours) or a masked LM as in the ``run`` job."""
 
     source: str = "ising"
-    name_or_path: str | None = None
-    num_layers: int | None = None
-    device: str = "cpu"
     coupling: float = 1.0
     field: float = 0.0
     states: int = 3
 
     def validate(self, key: str = "model") -> None:
-        sources = (*TOY_SOURCES, "antiberty", "huggingface")
+        sources = (*TOY_SOURCES, *MODEL_SOURCES)
         require(self.source in sources, f"{key}.source", f"be one of {list(sources)}", self.source)
         if self.source not in TOY_SOURCES:
-            ModelConfig(self.source, self.name_or_path, self.num_layers, self.device).validate(key)
+            super().validate(key)
+            return
         check_device(f"{key}.device", self.device)
         require(self.states >= 2, f"{key}.states", "be >= 2", self.states)
         require(math.isfinite(self.coupling) and math.isfinite(self.field), f"{key}.coupling",
@@ -112,13 +113,16 @@ class ContextConfig:
 
 @dataclass
 class DriftSweepConfig:
-    """Drift chains per cell from the natural start; threshold hitting times observed every ``every`` steps."""
+    """Drift chains per cell from the natural start; threshold hitting times observed every ``every`` steps;
+    ``relative`` thresholds are fractions of the distance to random fillings (see the module docstring)."""
 
     enabled: bool = True
     chains: int = 4
     distance: str = "hamming"
     thresholds: list[float] = field(default_factory=lambda: [0.25, 0.5])
     every: int = 5
+    relative: bool = True
+    reference_samples: int = 16
 
     def validate(self, key: str = "drift") -> None:
         require(self.chains >= 1, f"{key}.chains", "be >= 1", self.chains)
@@ -126,6 +130,7 @@ class DriftSweepConfig:
         require(len(self.thresholds) > 0 and all(0 < t <= 2 for t in self.thresholds), f"{key}.thresholds",
                 "be a non-empty list of distances in (0, 2]", self.thresholds)
         require(self.every >= 1, f"{key}.every", "be >= 1", self.every)
+        require(self.reference_samples >= 1, f"{key}.reference_samples", "be >= 1", self.reference_samples)
 
 
 @dataclass
@@ -191,7 +196,7 @@ class SweepCell:
     hitting: dict[float, HittingTimes] = field(default_factory=dict)
     change_rate: float = math.nan
     lagged: MeetingTimes | None = None
-    drift_curve: list[float] = field(default_factory=list)  # mean drift at steps 0, every, 2 every, ...
+    drift_curve: list[float] = field(default_factory=list)  # mean relative drift at steps 0, every, 2 every, ...
 
     def summary(self, tv_steps: Sequence[int] = ()) -> dict[str, float]:
         n = self.num_sites
@@ -242,6 +247,7 @@ class _Group:
     drift_start: Tensor | None = None
     distance: Callable[[Tensor, Tensor], Tensor] | None = None
     hit_at: Tensor | None = None  # [thresholds, drift chains], -1 until hit
+    scale: Tensor | None = None  # [drift chains] distance that a relative threshold of 1 means
     changes: Tensor | None = None  # [drift chains] steps with a change
     drift_curves: list[Tensor] = field(default_factory=list)
 
@@ -298,7 +304,7 @@ def run_sweep(config: SweepConfig, out_dir: Path | None = None, *, resume: bool 
                                        sites=sites[: config.influence.max_sites],
                                        replacements=config.influence.replacements,
                                        generator=torch.Generator(device=context.device).manual_seed(grid.seed))
-    fits, hitting_fits, boundary = _analyse(result_cells, config)
+    fits, hitting_fits, boundary = analyse(result_cells, config)
     spent = sum(g.pairs.rows for g in groups)
     uncompacted = sum(2 * len(g.pair_cell) for g in groups) * max(step, 1)
     return SweepResult(config=config, cells=result_cells, fits=fits, hitting_fits=hitting_fits, boundary=boundary,
@@ -349,7 +355,7 @@ def _build_groups(config: SweepConfig, cells: list[tuple[float, int]]
         size = widest.vocab.max_length or 0
         context = torch.zeros(1, size, dtype=torch.long, device=widest.device)
         return groups, notes, (widest, context, torch.arange(size, device=widest.device))
-    denoiser, codec = build_model(ModelConfig(spec.source, spec.name_or_path, spec.num_layers, spec.device))
+    denoiser, codec = build_model(spec)
     sequences = None if config.context.sequence is None else [config.context.sequence]
     natural = start_tokens(sequences, 1, codec).to(denoiser.device)
     all_sites = denoiser.resampleable_sites(natural)[0]
@@ -409,6 +415,12 @@ def _group(model: Denoiser, natural: Tensor, window: Tensor, cells: list[tuple[f
                                                      num_sites=drift_counts)
         group.drift_cell, group.drift_start = drift_cell, group.drift.tokens.clone()
         group.distance = _distance(config.drift.distance, model, group.drift)
+        group.scale = torch.ones(len(drift_cell), dtype=torch.float64)
+        if config.drift.relative:
+            drift_mask = resampled_mask(group.drift).cpu()
+            samples = [group.distance(_random_fill(group.drift_start.cpu(), drift_mask, allowed, generator).to(
+                model.device), group.drift_start) for _ in range(config.drift.reference_samples)]
+            group.scale = torch.stack(samples).quantile(0.5, dim=0).clamp_min(1e-12)
         group.hit_at = torch.full((len(config.drift.thresholds), len(drift_cell)), -1, dtype=torch.long)
         group.changes = torch.zeros(len(drift_cell))
         group.drift_curves = [torch.zeros(len(cells))]
@@ -433,19 +445,21 @@ def _distance(kind: str, model: Denoiser, state: ChainState) -> Callable[[Tensor
 def _advance(group: _Group, step: int, config: SweepConfig) -> None:
     if group.active():
         group.chains.step(group.pairs)
-    if group.drift is None or group.drift_sampler is None or not group.drifting():
+    if group.drift is None or group.drift_sampler is None:
         return
     record = group.drift_sampler.step(group.drift)
     assert group.changes is not None and group.hit_at is not None and group.distance is not None
+    assert group.scale is not None
     group.changes += (record.new_tokens != record.old_tokens).any(1).cpu().double()
     if step % config.drift.every == 0:
         assert group.drift_start is not None and group.drift_cell is not None
         distance = group.distance(group.drift.tokens, group.drift_start)
         thresholds = torch.tensor(config.drift.thresholds, dtype=torch.float64)
-        newly = (group.hit_at < 0) & (distance[None, :] >= thresholds[:, None])
+        relative = distance / group.scale  # in units of the threshold scale
+        newly = (group.hit_at < 0) & (relative[None, :] >= thresholds[:, None])
         group.hit_at[newly] = step
         num_cells = int(group.drift_cell.max()) + 1
-        curve = torch.zeros(num_cells, dtype=torch.float64).index_add_(0, group.drift_cell, distance)
+        curve = torch.zeros(num_cells, dtype=torch.float64).index_add_(0, group.drift_cell, relative)
         group.drift_curves.append(curve / torch.bincount(group.drift_cell, minlength=num_cells))
 
 
@@ -528,8 +542,9 @@ def _lagged(groups: list[_Group], result: list[SweepCell], cells: list[tuple[flo
                                          lag=spec.lag, max_steps=lagged.max_steps)
 
 
-def _analyse(cells: list[SweepCell], config: SweepConfig
-             ) -> tuple[dict[float, ScalingFit], dict[float, dict[float, ScalingFit]], list[BoundaryPoint]]:
+def analyse(cells: list[SweepCell], config: SweepConfig
+            ) -> tuple[dict[float, ScalingFit], dict[float, dict[float, ScalingFit]], list[BoundaryPoint]]:
+    """Per temperature the ``C(tau)`` fits of meeting (and drift hitting) times; per length the boundary."""
     temperatures = sorted({c.temperature for c in cells})
     lengths = sorted({c.num_sites for c in cells})
     fits, hitting_fits = {}, {}

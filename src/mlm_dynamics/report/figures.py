@@ -18,6 +18,7 @@ from matplotlib.patches import Rectangle
 from matplotlib.ticker import NullFormatter, ScalarFormatter
 from torch import Tensor
 
+from ..diagnostics.influence import InfluenceEstimate
 from ..diagnostics.margins import LocalMargins
 from ..diagnostics.meeting import MeetingTimes
 from ..diagnostics.rectangle import RectangleReport
@@ -102,8 +103,8 @@ def survival_curves(result: SweepResult, max_panels: int = 4) -> Figure:
 
 def survival_curve(times: MeetingTimes) -> tuple[np.ndarray, np.ndarray]:
     """Steps ``0..budget`` and ``P(T > t)`` there (censored pairs count as not met)."""
-    steps = torch.arange(int(times.budget) + 1)
-    return steps.numpy(), times.survival(steps).numpy()
+    steps = torch.arange(int(times.budget) + 1, device=times.times.device)
+    return steps.cpu().numpy(), times.survival(steps).cpu().numpy()
 
 
 def scaling_constants(result: SweepResult) -> Figure:
@@ -164,7 +165,8 @@ def drift_curves(result: SweepResult, every: int) -> Figure:
     for threshold in result.config.drift.thresholds:
         axes.axhline(threshold, color="grey", ls=":", lw=1)
     axes.set_xlabel("step")
-    axes.set_ylabel(f"drift from the start ({result.config.drift.distance})")
+    unit = " / distance to random fillings" if result.config.drift.relative else ""
+    axes.set_ylabel(f"drift from the start ({result.config.drift.distance}{unit})")
     axes.set_title(f"Drift chains, n = {n} (dotted: hitting thresholds)")
     axes.legend(fontsize=8)
     return figure
@@ -172,7 +174,7 @@ def drift_curves(result: SweepResult, every: int) -> Figure:
 
 def rectangle_histogram(report: RectangleReport) -> Figure:
     """Histogram of ``log10 |R|`` with the median float tolerance marked."""
-    magnitudes = report.values.abs().double().clamp_min(1e-12).log10().numpy()
+    magnitudes = report.values.abs().double().clamp_min(1e-12).log10().cpu().numpy()
     figure = _figure()
     axes = figure.add_subplot()
     axes.hist(magnitudes, bins=40, color="C0")
@@ -229,3 +231,52 @@ def _colors(count: int) -> list[tuple[float, float, float, float]]:
 
     cmap = colormaps[COLORMAP]
     return [cmap(k / max(count - 1, 1)) for k in range(count)]
+
+
+def ladder_survival(times: Mapping[float, MeetingTimes]) -> Figure:
+    """``P(T_meet > t)`` of coupled pairs at each temperature of a ladder (the run job's coupling section)."""
+    figure = _figure()
+    axes = figure.add_subplot()
+    for (tau, value), color in zip(sorted(times.items()), _colors(len(times)), strict=True):
+        steps, survival = survival_curve(value)
+        axes.step(steps, survival, where="post", color=color, label=f"tau={tau:g}")
+    axes.set_ylim(-0.02, 1.02)
+    axes.set_xlabel("step t")
+    axes.set_ylabel("P(T_meet > t)")
+    axes.set_title("Coupled pairs (start vs random residues): fraction not yet met")
+    axes.legend(fontsize=8)
+    return figure
+
+
+def dobrushin_curve(estimate: InfluenceEstimate) -> Figure:
+    """Dobrushin coefficient ``max_j sum_i alpha_ij(tau)`` against tau, with the contraction level 1."""
+    figure = _figure()
+    axes = figure.add_subplot()
+    axes.plot(estimate.temperatures.numpy(), estimate.dobrushin.numpy(), "o-", label="alpha(tau) (column sums)")
+    axes.plot(estimate.temperatures.numpy(), estimate.row_sums.amax(1).numpy(), "s--", label="max row sum")
+    axes.axhline(1.0, color="C3", lw=1, label="contraction: alpha < 1")
+    axes.set_xscale("log")
+    axes.set_xlabel("temperature tau")
+    axes.set_ylabel("influence sum")
+    axes.set_title(f"Dobrushin coefficient on {len(estimate.sites)} sites (lower estimates)")
+    axes.legend(fontsize=8)
+    return figure
+
+
+def drift_over_time(steps: Sequence[int], drift: Tensor, scale: float, temperatures: Sequence[float]) -> Figure:
+    """Drift ``[observations, chains]`` of each chain, in units of the distance from the start to random fillings,
+    coloured by the chain's temperature (thick: the mean per temperature)."""
+    figure = _figure()
+    axes = figure.add_subplot()
+    relative = (drift / scale).numpy()
+    ladder = sorted(set(temperatures))
+    for tau, color in zip(ladder, _colors(len(ladder)), strict=True):
+        chains = [c for c, t in enumerate(temperatures) if t == tau]
+        for chain in chains:
+            axes.plot(steps, relative[:, chain], color=color, lw=0.8, alpha=0.5)
+        axes.plot(steps, relative[:, chains].mean(1), color=color, lw=2.5, label=f"tau={tau:g}")
+    axes.set_xlabel("step")
+    axes.set_ylabel("drift / distance to random fillings")
+    axes.set_title("Drift of each chain in hidden-state space (pooled over the resampled sites)")
+    axes.legend(fontsize=8)
+    return figure

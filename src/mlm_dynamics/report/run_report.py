@@ -1,4 +1,5 @@
-"""The ``run`` job's report: ``report.json`` sections from each result's ``summary()``, the printed summary."""
+"""The ``run`` job's outputs: ``report.json`` (sections from each result's ``summary()``), ``trajectory.csv``,
+``figures/*.png``, ``report.html``, and the printed summary."""
 
 from __future__ import annotations
 
@@ -6,24 +7,48 @@ import math
 from pathlib import Path
 from typing import Any
 
+import torch
+from matplotlib.figure import Figure
+
+from .._io import atomic_write
+from ..diagnostics.meeting import MeetingTimes
+from ..diagnostics.quantiles import quantile_summary
 from ..experiments.config import to_dict
 from ..experiments.run import ChainRunResult
-from .writers import write_csv, write_json
+from . import figures
+from .html import Section, figure_png, render_html
+from .writers import write_csv, write_json, write_text
 
 TRAJECTORY_FIELDS = ("step", "chain", "hamming_to_start", "sequence")
 
 
+def _main_temperature(times: dict[float, MeetingTimes], temperature: float) -> float:
+    """The sampler's temperature when it is on the ladder, else the ladder's first."""
+    return temperature if temperature in times else next(iter(times))
+
+
 def run_report(result: ChainRunResult) -> dict[str, Any]:
-    """JSON-ready report. Section names match the callbacks' metric groups (``mixing``, ``rectangle``, ...)."""
+    """JSON-ready report. Section names match the callbacks' metric groups (``mixing``, ``rectangle``, ...); the
+    ``mixing`` scalars are those at the sampler's temperature, ``mixing.by_temperature`` has the whole ladder."""
     temperature = result.config.sampler.temperature
     report: dict[str, Any] = {"config": to_dict(result.config), "model": result.model,
                               "chains": {**result.chains, "final_sequences": result.final_sequences}}
+    if result.semantics is not None:
+        semantics = result.semantics
+        report["semantics"] = {"scale": semantics.scale, **semantics.metrics,
+                               "drift_over_scale_final": float(semantics.drift[-1].mean()) / semantics.scale,
+                               **quantile_summary("dwell_time", semantics.dwell_times),
+                               "num_traps": float(len(semantics.dwell_times)),
+                               "by_temperature": semantics.by_temperature()}
     if result.coupling is not None:
         coupling = result.coupling
-        report["mixing"] = {**coupling.times.summary(), "meeting_times": coupling.times.times.tolist(),
-                            "censored": coupling.times.censored.tolist(),
+        main = _main_temperature(coupling.times, temperature)
+        ladder = [{"temperature": tau, **times.summary(), "meeting_times": times.times.tolist(),
+                   "censored": times.censored.tolist()} for tau, times in coupling.times.items()]
+        report["mixing"] = {"temperature": main, **coupling.times[main].summary(), "by_temperature": ladder,
                             "hamming_between_pairs_start": coupling.hamming_start,
-                            "hamming_between_pairs_end": coupling.hamming_end, "seconds": coupling.seconds}
+                            "hamming_between_pairs_end": coupling.hamming_end, "seconds": coupling.seconds,
+                            "forward_rows": coupling.rows}
     if result.rectangle is not None:
         report["rectangle"] = result.rectangle.summary()
     if result.margins is not None:
@@ -34,10 +59,52 @@ def run_report(result: ChainRunResult) -> dict[str, Any]:
     return report
 
 
+def run_figures(result: ChainRunResult) -> dict[str, Figure]:
+    """The run's figures, by file stem."""
+    out: dict[str, Figure] = {}
+    if result.semantics is not None:
+        semantics = result.semantics
+        chains = semantics.embeddings.shape[1]
+        chain_ids = torch.arange(chains).repeat(len(semantics.steps))
+        labels = [f"chain {c} (tau={t:g})" for c, t in enumerate(semantics.temperatures)]
+        out["landscape"] = figures.pca_landscape(semantics.embeddings.flatten(0, 1), chain_ids,
+                                                 semantics.basins.flatten(), labels)
+        out["drift"] = figures.drift_over_time(semantics.steps, semantics.drift, semantics.scale,
+                                               semantics.temperatures)
+    if result.coupling is not None:
+        out["coupling"] = figures.ladder_survival(result.coupling.times)
+    if result.rectangle is not None:
+        out["rectangle"] = figures.rectangle_histogram(result.rectangle)
+    if result.margins is not None:
+        out["margins"] = figures.margin_distribution(result.margins)
+    if result.influence is not None:
+        out["influence"] = figures.dobrushin_curve(result.influence)
+    return out
+
+
+CAPTIONS = {
+    "landscape": "PCA of the chains' hidden-state trajectories; coloured points: states inside a trap (by basin)",
+    "drift": "drift from the start, in units of the distance to random fillings of the sites",
+    "coupling": "fraction of coupled pairs not yet met, per temperature: the transition from trapped to mixing",
+    "rectangle": "rectangle statistics |R|: every rectangle above the tolerance certifies incompatibility",
+    "margins": "local margins at the start and at the end of the chains",
+    "influence": "Dobrushin coefficient against temperature: below 1, O(n log n) mixing is guaranteed",
+}
+
+
 def write_run_report(result: ChainRunResult, out_dir: Path) -> dict[str, Any]:
-    """Write ``report.json`` and ``trajectory.csv`` into ``out_dir``; returns the report."""
+    """Write ``report.json``, ``trajectory.csv``, ``figures/*.png`` and ``report.html``; returns the report."""
     report = run_report(result)
     write_csv(out_dir / "trajectory.csv", result.trajectory, TRAJECTORY_FIELDS)
+    drawn = run_figures(result)
+    for name, figure in drawn.items():
+        atomic_write(out_dir / "figures" / f"{name}.png", figure_png(figure))
+    sections = [Section("Summary", preformatted=[run_summary(result)])]
+    sections += [Section(name.capitalize(), figures=[(figure, CAPTIONS[name])]) for name, figure in drawn.items()]
+    scalars = {name: [{k: v for k, v in section.items() if not isinstance(v, (list, dict))}]
+               for name, section in report.items() if name in ("semantics", "mixing", "rectangle", "influence")}
+    sections.append(Section("Numbers", tables=list(scalars.items())))
+    write_text(out_dir / "report.html", render_html("mlm_dynamics run", sections, report["config"]))
     write_json(out_dir / "report.json", report)
     return report
 
@@ -54,12 +121,21 @@ def run_summary(result: ChainRunResult) -> str:
         f"window PLL energy: start {chains['pll_energy_start_mean']:.3f} -> end {chains['pll_energy_end_mean']:.3f}",
         f"unique final sequences: {chains['unique_final_sequences']}",
     ]
+    if result.semantics is not None:
+        for row in result.semantics.by_temperature():
+            lines.append(f"semantics at tau={row['temperature']:g}: drift {row['drift_over_scale_final']:.2f} of the "
+                         f"distance to random fillings; {row['num_traps']:.0f} traps in {row['num_basins']:.0f} "
+                         f"basins, trapped {row['trapped_fraction']:.0%} of the time (median dwell "
+                         f"{row['dwell_time_median']:.0f} steps)")
     if result.coupling is not None:
-        times = result.coupling.times
-        median = float(times.quantiles([0.5])[0])
-        lines.append(f"coupled pairs: median meeting time {'> budget' if math.isinf(median) else f'{median:g}'}, "
-                     f"{times.censored_fraction:.2f} censored at {int(times.budget)} steps; pair Hamming distance "
-                     f"{result.coupling.hamming_start} -> {result.coupling.hamming_end}")
+        coupling = result.coupling
+        parts = []
+        for tau, times in coupling.times.items():
+            median = float(times.quantiles([0.5])[0])
+            parts.append(f"tau={tau:g}: {'> budget' if math.isinf(median) else f'{median:g}'} "
+                         f"({times.censored_fraction:.2f} censored)")
+        budget = int(next(iter(coupling.times.values())).budget)
+        lines.append(f"coupled pairs, median meeting time: {', '.join(parts)}; budget {budget} steps")
     if result.rectangle is not None:
         summary = result.rectangle.summary()
         lines.append(f"rectangle test: {summary['prevalence']:.3f} of {int(summary['num_rectangles'])} rectangles "
