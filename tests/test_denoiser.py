@@ -141,3 +141,21 @@ def test_antiberty_head_loaded_masked_accuracy(antiberty):
         total += len(chosen)
     assert total > 70
     assert correct / total > 0.75
+
+
+def test_padded_rows_give_the_conditionals_of_the_unpadded_sequences():
+    """A batch of different lengths, padded with [PAD]: attention masks the padding, so each row's conditionals
+    equal those of its sequence alone; padded_sites lists each row's own sites."""
+    from mlm_dynamics.training import tiny_bert_denoiser
+
+    denoiser = tiny_bert_denoiser(seed=3).eval()
+    short, long = [1, 5, 6, 7, 2], [1, 8, 9, 10, 11, 12, 2]
+    batch = torch.tensor([[*short, 0, 0], long])
+    sites, counts = denoiser.padded_sites(batch)
+    assert counts.tolist() == [3, 5] and sites[0, :3].tolist() == [1, 2, 3] and sites[1].tolist() == [1, 2, 3, 4, 5]
+    positions = torch.tensor([[2], [4]])
+    with torch.no_grad():
+        together = denoiser.conditional_logits(batch, positions)
+        alone = [denoiser.conditional_logits(torch.tensor([row]), positions[k:k + 1]) for k, row in
+                 enumerate((short, long))]
+    torch.testing.assert_close(together, torch.cat(alone), rtol=1e-5, atol=1e-5)

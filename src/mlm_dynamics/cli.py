@@ -16,13 +16,17 @@ import torch
 
 from .experiments import ConfigError, OutputLock, RunConfig, RunInterrupted, load_config, run_chains
 from .experiments.distributed import run_sweep_sharded
+from .experiments.semantics import CaseStudyConfig, run_case_study
 from .experiments.sweep import SweepConfig, run_sweep
 from .report import run_summary, write_run_report
+from .report.semantics_report import semantics_summary, write_semantics_report
 from .report.sweep_report import sweep_summary, write_sweep_report
 
 JOBS: dict[str, tuple[type, str]] = {"run": (RunConfig, "run Glauber chains and write a mixing report"),
                                      "sweep": (SweepConfig, "meeting times over a (temperature x length) grid, "
-                                                            "C(tau) n log n fits, phase diagram, HTML report")}
+                                                            "C(tau) n log n fits, phase diagram, HTML report"),
+                                     "semantics": (CaseStudyConfig, "the semantic case study on an English MLM: "
+                                                                    "drift, traps, basins, topic attraction")}
 
 
 def config_keys(schema: Any, prefix: str = "") -> list[str]:
@@ -80,6 +84,10 @@ def main(argv: list[str] | None = None) -> int:
                 result = run_chains(config, args.out, resume=args.resume)
                 write_run_report(result, args.out)
                 summary = run_summary(result)
+            elif args.command == "semantics":
+                studied = run_case_study(config)
+                write_semantics_report(studied, args.out)
+                summary = semantics_summary(studied)
             else:
                 if args.devices > 1:
                     swept = run_sweep_sharded(config, args.out, devices=args.devices, resume=args.resume,

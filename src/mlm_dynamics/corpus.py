@@ -12,6 +12,10 @@ import lzma
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
 
 GENRES = ("sotu", "moby", "bible")
 SPLITS = ("train", "heldout")
@@ -45,3 +49,25 @@ def load_corpus(split: str | None = None, genres: Sequence[str] = GENRES, path: 
     with lzma.open(path or corpus_path(), "rt", encoding="utf-8") as handle:
         documents = [Document(**json.loads(line)) for line in handle]
     return [d for d in documents if d.genre in genres and (split is None or d.split == split)]
+
+
+def token_streams(tokenizer: Any, split: str, genres: Sequence[str] = GENRES) -> dict[str, Tensor]:
+    """One concatenated stream of token ids per genre (documents in corpus order, no special tokens)."""
+    streams: dict[str, list[int]] = {genre: [] for genre in genres}
+    for document in load_corpus(split, genres):
+        streams[document.genre] += tokenizer(document.text, add_special_tokens=False, verbose=False)["input_ids"]
+    return {genre: torch.tensor(ids) for genre, ids in streams.items()}
+
+
+def masked_windows(stream: Tensor, *, length: int, count: int, cls_id: int, sep_id: int, mask_id: int,
+                   mask_rate: float = 0.15, seed: int = 1234) -> tuple[Tensor, Tensor, Tensor]:
+    """``count`` evenly spaced, non-overlapping windows ``[CLS] x [SEP]`` of ``stream`` with ``mask_rate`` of the
+    inner positions replaced by ``mask_id`` (fixed seed): ``(tokens, masked inputs, labels)``, labels -100 where
+    nothing is masked. The held-out evaluation of the English MLM."""
+    body = length - 2
+    chunks = stream[: (len(stream) // body) * body].view(-1, body)
+    chunks = chunks[torch.linspace(0, len(chunks) - 1, min(count, len(chunks))).long()]
+    tokens = torch.cat([torch.full((len(chunks), 1), cls_id), chunks, torch.full((len(chunks), 1), sep_id)], 1)
+    chosen = torch.rand(tokens.shape, generator=torch.Generator().manual_seed(seed)) < mask_rate
+    chosen[:, 0] = chosen[:, -1] = False
+    return tokens, tokens.masked_fill(chosen, mask_id), tokens.masked_fill(~chosen, -100)

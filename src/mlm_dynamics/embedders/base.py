@@ -71,7 +71,7 @@ class HiddenStateEmbedder:
     @torch.no_grad()
     def __call__(self, tokens: Tensor, mask: Tensor | None = None) -> Tensor:
         """Embeddings ``[B, D]``; ``mask [B, L]`` chooses the positions pooled (default: the non-frame ones)."""
-        hidden = self.denoiser.encoder(input_ids=tokens.to(self.denoiser.device)).last_hidden_state
+        hidden = self.denoiser.hidden_states(tokens.to(self.denoiser.device))
         pooled = self.denoiser.free_mask(tokens) if mask is None else mask
         keep = pooled.to(hidden.device, hidden.dtype)[..., None]
         return F.normalize((hidden * keep).sum(1) / keep.sum(1).clamp_min(1), dim=-1).float().cpu()

@@ -9,7 +9,7 @@ from torch import Tensor
 
 from ..models.base import Denoiser
 from ..models.huggingface import MaskedLMDenoiser, TextCodec
-from ..models.pretrained import EXAMPLE_ANTIBODIES, ResidueCodec, load_antiberty
+from ..models.pretrained import EXAMPLE_ANTIBODIES, ResidueCodec, load_antiberty, load_english_mlm
 from .config import DTYPES, ConfigError, ModelConfig, check_device
 
 Codec = TextCodec | ResidueCodec
@@ -23,6 +23,8 @@ def build_model(spec: ModelConfig) -> tuple[Denoiser, Codec]:
         return load_antiberty(device=device, dtype=dtype, num_layers=spec.num_layers)
     if spec.num_layers is not None:
         raise ConfigError("model.num_layers applies to the bundled antiberty only; use a smaller model instead")
+    if spec.source == "english":
+        return load_english_mlm(device=device, dtype=dtype)
     assert spec.name_or_path is not None  # checked by ModelConfig.validate
     return MaskedLMDenoiser.from_pretrained(spec.name_or_path, device=device, dtype=dtype)
 

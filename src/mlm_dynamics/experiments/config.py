@@ -21,7 +21,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from ..sampling.glauber import SCAN_ORDERS
 
-MODEL_SOURCES = ("antiberty", "huggingface")
+MODEL_SOURCES = ("antiberty", "english", "huggingface")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -57,7 +57,8 @@ def _positive_temperatures(key: str, values: Sequence[float]) -> None:
 
 @dataclass
 class ModelConfig:
-    """``source``: ``antiberty`` (bundled) or ``huggingface`` (``name_or_path``: hub name or local directory);
+    """``source``: ``antiberty`` (bundled), ``english`` (the bundled English MLM) or ``huggingface``
+    (``name_or_path``: hub name or local directory);
     ``dtype`` of the weights: ``float32``, ``bfloat16`` or ``float16`` (sampling itself stays float64)."""
 
     source: str = "antiberty"

@@ -10,9 +10,17 @@
 from .base import Denoiser, VocabInfo, mask_positions
 from .full_sequence import FullSequenceDenoiser
 from .huggingface import MaskedLMDenoiser, TextCodec
-from .pretrained import AMINO_ACIDS, EXAMPLE_ANTIBODIES, ResidueCodec, antiberty_weights_dir, load_antiberty
+from .pretrained import (
+                         AMINO_ACIDS,
+                         EXAMPLE_ANTIBODIES,
+                         ResidueCodec,
+                         antiberty_weights_dir,
+                         english_mlm_dir,
+                         load_antiberty,
+                         load_english_mlm,
+)
 from .toy import PairwiseMRFDenoiser, enumerate_states
 
 __all__ = ["AMINO_ACIDS", "EXAMPLE_ANTIBODIES", "Denoiser", "FullSequenceDenoiser", "MaskedLMDenoiser",
            "PairwiseMRFDenoiser", "ResidueCodec", "TextCodec", "VocabInfo", "antiberty_weights_dir",
-           "enumerate_states", "load_antiberty", "mask_positions"]
+           "english_mlm_dir", "enumerate_states", "load_antiberty", "load_english_mlm", "mask_positions"]

@@ -108,6 +108,20 @@ class Denoiser(nn.Module, abc.ABC):
         frame = torch.tensor(self.vocab.frame_ids, dtype=tokens.dtype, device=tokens.device)
         return ~torch.isin(tokens, frame)
 
+    def padded_sites(self, tokens: Tensor) -> tuple[Tensor, Tensor]:
+        """``(sites [B, n_max], counts [B])``: each row's non-frame positions first (in order), padded by repeating
+        its last one; for rows of different lengths (padded batches), to pass as ``sites=``, ``num_sites=``."""
+        self._validate_tokens(tokens)
+        free = self.free_mask(tokens)
+        counts = free.sum(1)
+        if (counts == 0).any():
+            raise ValueError("tokens: a row has no resampleable position (every token is a frame token)")
+        positions = torch.arange(tokens.shape[1], device=tokens.device).expand_as(tokens)
+        order = torch.where(free, positions, tokens.shape[1] + positions).argsort(1)[:, : int(counts.max())]
+        last = order.gather(1, (counts - 1)[:, None])
+        index = torch.arange(order.shape[1], device=tokens.device)
+        return torch.where(index < counts[:, None], order, last), counts
+
     def resampleable_sites(self, tokens: Tensor) -> Tensor:
         """Positions ``[B, n]`` whose tokens are not frame tokens; every row must have the same count ``n``."""
         self._validate_tokens(tokens)

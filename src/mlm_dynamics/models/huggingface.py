@@ -61,7 +61,7 @@ class MaskedLMDenoiser(Denoiser):
     head: Head
 
     def __init__(self, model: Any, *, mask_id: int | None, special_ids: Sequence[int] = (),
-                 frame_ids: Sequence[int] = ()) -> None:
+                 frame_ids: Sequence[int] = (), pad_id: int | None = None) -> None:
         super().__init__()
         model_type = getattr(model.config, "model_type", None)
         if model_type not in _LM_HEADS:
@@ -70,6 +70,7 @@ class MaskedLMDenoiser(Denoiser):
         if mask_id is None:
             raise ValueError("mask_id: the model/tokenizer defines no mask token, so masked conditionals are undefined")
         self.mask_id: int = mask_id
+        self.pad_id = pad_id
         self.model = model.eval()
         self.encoder = model.base_model
         self.head = _LM_HEADS[model_type](model)
@@ -81,9 +82,19 @@ class MaskedLMDenoiser(Denoiser):
         self.vocab = VocabInfo(size=vocab_size, mask_id=mask_id, forbidden_ids=tuple(forbidden),
                                frame_ids=tuple(sorted(set(frame_ids))), max_length=max_length)
 
+    def hidden_states(self, tokens: Tensor) -> Tensor:
+        """Last hidden states ``[B, L, H]`` of the encoder; padding (``pad_id``) is masked out of attention, so a
+        padded row gives the states of the unpadded sequence. Cost: one encoder forward of ``B`` rows."""
+        attention = None
+        if self.pad_id is not None:
+            padding = tokens == self.pad_id
+            if padding.any():
+                attention = (~padding).long()
+        return self.encoder(input_ids=tokens, attention_mask=attention).last_hidden_state
+
     def _masked_logits(self, tokens: Tensor, positions: Tensor) -> Tensor:
         masked = mask_positions(tokens.long(), positions, self.mask_id)
-        hidden = self.encoder(input_ids=masked).last_hidden_state
+        hidden = self.hidden_states(masked)
         picked = hidden.gather(1, positions[..., None].expand(-1, -1, hidden.shape[-1]))
         return self.head(picked).float()
 
@@ -107,8 +118,8 @@ class MaskedLMDenoiser(Denoiser):
         frame = [t for t in (tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id,
                              tokenizer.bos_token_id, tokenizer.eos_token_id) if t is not None]
         placeholders = [i for token, i in tokenizer.get_vocab().items() if _PLACEHOLDER.fullmatch(token)]
-        denoiser = cls(model, mask_id=tokenizer.mask_token_id,
-                       special_ids=[*tokenizer.all_special_ids, *placeholders], frame_ids=frame).to(device)
+        denoiser = cls(model, mask_id=tokenizer.mask_token_id, special_ids=[*tokenizer.all_special_ids, *placeholders],
+                       frame_ids=frame, pad_id=tokenizer.pad_token_id).to(device)
         return denoiser, TextCodec(tokenizer)
 
 

@@ -1,4 +1,4 @@
-"""Real pretrained models that load offline from registry packages.
+"""Real pretrained models that load offline: from registry packages, and the English MLM shipped in this package.
 
 ``load_antiberty`` loads the AntiBERTy antibody MLM (``antiberty==0.1.3``, MIT; Ruffolo, Gray & Sulam 2021) through
 the ordinary ``BertForMaskedLM.from_pretrained`` path on the weights directory inside the wheel. The package's own
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from .huggingface import MaskedLMDenoiser
+from .huggingface import MaskedLMDenoiser, TextCodec
 
 AMINO_ACIDS = "ACDEFGHIKLMNPQRSTVWY"
 
@@ -93,5 +93,20 @@ def load_antiberty(device: str | torch.device = "cpu", dtype: torch.dtype = torc
         model.config.num_hidden_layers = num_layers
     codec = ResidueCodec()
     denoiser = MaskedLMDenoiser(model, mask_id=codec.mask_id, special_ids=range(5),
-                                frame_ids=(codec.pad_id, codec.cls_id, codec.sep_id))
+                                frame_ids=(codec.pad_id, codec.cls_id, codec.sep_id), pad_id=codec.pad_id)
     return denoiser.to(device), codec
+
+
+def english_mlm_dir() -> Path:
+    """Directory of the English masked LM shipped with the package (``assets/english-mlm``, see its README.md)."""
+    path = Path(__file__).resolve().parent.parent / "assets" / "english-mlm"
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"the bundled English MLM is not at {path}; reinstall mlm_dynamics or export one "
+                                "with examples/finetune_english_mlm.py --export")
+    return path
+
+
+def load_english_mlm(device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
+                     ) -> tuple[MaskedLMDenoiser, TextCodec]:
+    """The bundled English MLM (MiniLM-L6 fine-tuned on the vendored public-domain corpus) and its codec."""
+    return MaskedLMDenoiser.from_pretrained(str(english_mlm_dir()), device=device, dtype=dtype)

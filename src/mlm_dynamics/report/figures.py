@@ -280,3 +280,39 @@ def drift_over_time(steps: Sequence[int], drift: Tensor, scale: float, temperatu
     axes.set_title("Drift of each chain in hidden-state space (pooled over the resampled sites)")
     axes.legend(fontsize=8)
     return figure
+
+
+def topic_fractions_over_time(steps: Sequence[int], near: Tensor, temperatures: Sequence[float],
+                              topics: Sequence[str], base_rates: Mapping[str, float]) -> Figure:
+    """Per topic, the running fraction of observations near it (pooled over the chains of each temperature), with the
+    corpus base rate dashed; ``near [observations, chains, topics]``."""
+    ladder = sorted(set(temperatures))
+    figure = _figure(3.0 * len(topics), 3.2)
+    for k, topic in enumerate(topics):
+        axes = figure.add_subplot(1, len(topics), k + 1)
+        for tau, color in zip(ladder, _colors(len(ladder)), strict=True):
+            chains = [c for c, t in enumerate(temperatures) if t == tau]
+            hits = near[:, chains, k].double().mean(1)
+            running = hits.cumsum(0) / torch.arange(1, len(hits) + 1)
+            axes.plot(steps, running.numpy(), color=color, label=f"tau={tau:g}")
+        axes.axhline(base_rates[topic], color="grey", ls="--", lw=1, label="corpus base rate")
+        axes.set_title(topic)
+        axes.set_xlabel("step")
+        if k == 0:
+            axes.set_ylabel("fraction of observations near the topic")
+            axes.legend(fontsize=7)
+    return figure
+
+
+def dwell_distribution(dwell: Mapping[float, Sequence[float]]) -> Figure:
+    """Histograms of trap dwell times per temperature (open traps counted up to the last observation)."""
+    figure = _figure()
+    axes = figure.add_subplot()
+    ladder = sorted(dwell)
+    for tau, color in zip(ladder, _colors(len(ladder)), strict=True):
+        axes.hist(list(dwell[tau]), bins=20, alpha=0.6, color=color, label=f"tau={tau:g} ({len(dwell[tau])} traps)")
+    axes.set_xlabel("dwell time (steps)")
+    axes.set_ylabel("traps")
+    axes.set_title("Trap dwell times")
+    axes.legend(fontsize=8)
+    return figure

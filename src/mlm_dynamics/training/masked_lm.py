@@ -32,7 +32,7 @@ class MaskedDenoiserModule(L.LightningModule):
         first_free = free.float().argmax(1)
         chosen[torch.arange(len(tokens)), first_free] |= ~chosen.any(1)
         masked = tokens.masked_fill(chosen, self.denoiser.mask_id)
-        hidden = self.denoiser.encoder(input_ids=masked).last_hidden_state
+        hidden = self.denoiser.hidden_states(masked)
         logits = self.denoiser.head(hidden[chosen])
         target = tokens[chosen]
         return F.cross_entropy(logits, target), (logits.argmax(-1) == target).float().mean()
@@ -63,4 +63,4 @@ def tiny_bert_denoiser(vocab_size: int = 24, hidden_size: int = 32, num_layers: 
                         num_attention_heads=2, intermediate_size=2 * hidden_size, max_position_embeddings=max_length,
                         pad_token_id=0)
     model: nn.Module = BertForMaskedLM(config)
-    return MaskedLMDenoiser(model, mask_id=3, special_ids=(0, 1, 2, 3), frame_ids=(0, 1, 2))
+    return MaskedLMDenoiser(model, mask_id=3, special_ids=(0, 1, 2, 3), frame_ids=(0, 1, 2), pad_id=0)

