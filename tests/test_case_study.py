@@ -51,3 +51,17 @@ def test_case_study_job_runs_on_an_english_tokenizer_model(tmp_path):
     assert len(report["final_states"]) == 6 and all(isinstance(s["text"], str) for s in report["final_states"])
     assert {p.stem for p in (out / "figures").glob("*.png")} == {"landscape", "topics", "dwell"}
     assert "http" not in (out / "report.html").read_text()
+
+
+def test_rectangle_table_controls_and_a_real_mlm(tmp_path):
+    pytest.importorskip("antiberty")
+    out = tmp_path / "table"
+    models = ("models=[{name: AntiBERTy, source: antiberty, num_layers: 2}, "
+              "{name: compatible, source: toy-compatible}, {name: incompatible, source: toy-incompatible}]")
+    assert main(["rectangle-table", "--out", str(out), "--set", models, "--set", "contexts=2",
+                 "--set", "pairs_per_context=2", "--set", "num_tokens=3"]) == 0
+    rows = {row["model"]: row for row in json.loads((out / "report.json").read_text())["rectangles"]}
+    assert rows["compatible"]["prevalence"] == 0.0  # conditionals of a joint: every rectangle closes
+    assert rows["incompatible"]["prevalence"] > 0.9
+    assert rows["AntiBERTy"]["prevalence"] > 0.5 and rows["AntiBERTy"]["num_rectangles"] == 2 * 2 * 9
+    assert (out / "table.csv").read_text().count("\n") == 4

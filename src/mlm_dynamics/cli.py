@@ -16,9 +16,11 @@ import torch
 
 from .experiments import ConfigError, OutputLock, RunConfig, RunInterrupted, load_config, run_chains
 from .experiments.distributed import run_sweep_sharded
+from .experiments.rectangles import RectangleTableConfig, run_rectangle_table
 from .experiments.semantics import CaseStudyConfig, run_case_study
 from .experiments.sweep import SweepConfig, run_sweep
 from .report import run_summary, write_run_report
+from .report.rectangle_report import rectangle_table_summary, write_rectangle_table
 from .report.semantics_report import semantics_summary, write_semantics_report
 from .report.sweep_report import sweep_summary, write_sweep_report
 
@@ -26,7 +28,9 @@ JOBS: dict[str, tuple[type, str]] = {"run": (RunConfig, "run Glauber chains and 
                                      "sweep": (SweepConfig, "meeting times over a (temperature x length) grid, "
                                                             "C(tau) n log n fits, phase diagram, HTML report"),
                                      "semantics": (CaseStudyConfig, "the semantic case study on an English MLM: "
-                                                                    "drift, traps, basins, topic attraction")}
+                                                                    "drift, traps, basins, topic attraction"),
+                                     "rectangle-table": (RectangleTableConfig, "prevalence of incompatible "
+                                                                               "conditionals across masked LMs")}
 
 
 def config_keys(schema: Any, prefix: str = "") -> list[str]:
@@ -84,6 +88,10 @@ def main(argv: list[str] | None = None) -> int:
                 result = run_chains(config, args.out, resume=args.resume)
                 write_run_report(result, args.out)
                 summary = run_summary(result)
+            elif args.command == "rectangle-table":
+                table = run_rectangle_table(config)
+                write_rectangle_table(config, table, args.out)
+                summary = rectangle_table_summary(table)
             elif args.command == "semantics":
                 studied = run_case_study(config)
                 write_semantics_report(studied, args.out)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import lzma
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,3 +72,12 @@ def masked_windows(stream: Tensor, *, length: int, count: int, cls_id: int, sep_
     chosen = torch.rand(tokens.shape, generator=torch.Generator().manual_seed(seed)) < mask_rate
     chosen[:, 0] = chosen[:, -1] = False
     return tokens, tokens.masked_fill(chosen, mask_id), tokens.masked_fill(~chosen, -100)
+
+
+def sample_sentences(count: int, seed: int, min_words: int = 8, max_words: int = 40, split: str = "train"
+                     ) -> list[str]:
+    """``count`` sentences of the corpus ``split`` (all genres), uniformly among those of 8 to 40 words."""
+    sentences = [s.strip() for d in load_corpus(split) for s in re.split(r"(?<=[.!?])\s+", d.text)
+                 if min_words <= len(s.split()) <= max_words]
+    picks = torch.randperm(len(sentences), generator=torch.Generator().manual_seed(seed))[:count]
+    return [sentences[i] for i in picks.tolist()]

@@ -93,6 +93,12 @@ class RectangleReport:
             return math.nan
         return float((self.values.abs() > self.tolerance).double().mean())
 
+    @classmethod
+    def concatenate(cls, reports: Sequence[RectangleReport]) -> RectangleReport:
+        """One report of the rectangles of several (contexts of different lengths are sampled separately)."""
+        return cls(values=torch.cat([r.values for r in reports]), distances=torch.cat([r.distances for r in reports]),
+                   tolerance=torch.cat([r.tolerance for r in reports]))
+
     def summary(self, levels: Sequence[float] = DEFAULT_LEVELS) -> dict[str, float]:
         """``num_rectangles``, ``prevalence``, ``abs_r_median``, ``abs_r_q90``, ... and ``tolerance_median``."""
         out = {"num_rectangles": float(self.values.numel()), "prevalence": self.prevalence,

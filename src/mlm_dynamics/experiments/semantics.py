@@ -17,7 +17,6 @@ all-MiniLM-L6-v2). From the embeddings:
 from __future__ import annotations
 
 import math
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +26,7 @@ import torch
 import yaml
 from torch import Tensor
 
-from ..corpus import load_corpus
+from ..corpus import sample_sentences
 from ..embedders.base import SentenceEmbedder, cosine_distance
 from ..models.huggingface import TextCodec
 from ..sampling.glauber import GlauberSampler
@@ -153,14 +152,6 @@ class CaseStudyResult:
         return [exemplars[b] for b in sorted(exemplars)]
 
 
-def corpus_sentences(count: int, seed: int, min_words: int = 8, max_words: int = 40) -> list[str]:
-    """``count`` sentences of the training corpus (all genres), uniformly among those of 8 to 40 words."""
-    sentences = [s.strip() for d in load_corpus("train") for s in re.split(r"(?<=[.!?])\s+", d.text)
-                 if min_words <= len(s.split()) <= max_words]
-    picks = torch.randperm(len(sentences), generator=torch.Generator().manual_seed(seed))[:count]
-    return [sentences[i] for i in picks.tolist()]
-
-
 def run_case_study(config: CaseStudyConfig) -> CaseStudyResult:
     """Run the case study described by ``config``."""
     config.validate()
@@ -175,7 +166,7 @@ def run_case_study(config: CaseStudyConfig) -> CaseStudyResult:
     topics = list(spec["topics"])
     anchors = [encoder.embed_texts(spec["topics"][name]) for name in topics]
 
-    sample = corpus_sentences(config.corpus_sentences, config.seed)
+    sample = sample_sentences(config.corpus_sentences, config.seed)
     base = encoder.embed_texts(sample)
     shuffled = base[torch.randperm(len(base), generator=torch.Generator().manual_seed(config.seed + 1))]
     scale = float(cosine_distance(base, shuffled).median())

@@ -1,0 +1,45 @@
+"""The ``rectangle-table`` job's outputs: ``report.json``, ``table.csv``, ``figures/*.png``, ``report.html``."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from .._io import atomic_write
+from ..experiments.config import to_dict
+from ..experiments.rectangles import RectangleTableConfig, TableRow
+from . import figures
+from .html import Section, figure_png, render_html
+from .writers import jsonable, write_csv, write_json, write_text
+
+
+def write_rectangle_table(config: RectangleTableConfig, rows: list[TableRow], out_dir: Path) -> dict[str, Any]:
+    table = [row.summary() for row in rows]
+    report: dict[str, Any] = {"config": to_dict(config), "rectangles": table}
+    write_csv(out_dir / "table.csv", jsonable(table), list(table[0]))
+    drawn = []
+    for row in rows:
+        figure = figures.rectangle_histogram(row.report)
+        figure.axes[0].set_title(f"{row.name}: {figure.axes[0].get_title()}", fontsize=9)
+        stem = re.sub(r"[^a-z0-9]+", "-", row.name.lower()).strip("-")
+        atomic_write(out_dir / "figures" / f"{stem}.png", figure_png(figure))
+        drawn.append((figure, row.name))
+    sections = [Section("Incompatibility across masked LMs", paragraphs=[
+        "Each rectangle (a context, two sites, two candidate tokens at each) gives R = L1 - L2, the difference of the "
+        "log-ratios along the two paths between its corners; R != 0 for one rectangle proves that no joint "
+        "distribution has the model's conditionals. Prevalence: the fraction above the float tolerance. The "
+        "compatible toy must show 0."], tables=[("", table)], figures=drawn)]
+    write_text(out_dir / "report.html", render_html("mlm_dynamics rectangle table", sections, report["config"]))
+    write_json(out_dir / "report.json", report)
+    return report
+
+
+def rectangle_table_summary(rows: list[TableRow]) -> str:
+    lines = []
+    for row in rows:
+        summary = row.summary()
+        lines.append(f"{row.name:>28}: prevalence {summary['prevalence']:.3f} of {int(summary['num_rectangles'])}, "
+                     f"median |R| {summary['abs_r_median']:.3g}, q90 {summary['abs_r_q90']:.3g} nats "
+                     f"(near {summary['near_prevalence']:.3f}, far {summary['far_prevalence']:.3f})")
+    return "\n".join(lines)
