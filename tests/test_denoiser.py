@@ -1,12 +1,13 @@
 import pytest
 import torch
+import transformers
 from transformers import (
     BertConfig,
     BertForMaskedLM,
     DistilBertConfig,
     DistilBertForMaskedLM,
-    ElectraConfig,
-    ElectraForMaskedLM,
+    FunnelConfig,
+    FunnelForMaskedLM,
     ModernBertConfig,
     ModernBertForMaskedLM,
     RobertaConfig,
@@ -17,6 +18,14 @@ from mlm_dynamics import FullSequenceDenoiser, MaskedLMDenoiser, VocabInfo
 from mlm_dynamics.models import EXAMPLE_ANTIBODIES, ResidueCodec
 
 SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, vocab_size=60)
+
+
+def family(name: str, **extra):
+    """``XForMaskedLM(XConfig(**SMALL, **extra))`` from transformers, built on demand."""
+    return lambda: getattr(transformers, f"{name}ForMaskedLM")(getattr(transformers, f"{name}Config")(**SMALL,
+                                                                                                       **extra))
+
+
 FAMILIES = {
     "bert": lambda: BertForMaskedLM(BertConfig(**SMALL)),
     "roberta": lambda: RobertaForMaskedLM(RobertaConfig(**SMALL, pad_token_id=1)),
@@ -24,6 +33,23 @@ FAMILIES = {
                                                                  vocab_size=60)),
     "modernbert": lambda: ModernBertForMaskedLM(ModernBertConfig(**SMALL, pad_token_id=0, bos_token_id=1,
                                                                  eos_token_id=2, cls_token_id=1, sep_token_id=2)),
+    "electra": family("Electra", embedding_size=16),
+    "convbert": family("ConvBert", embedding_size=16),
+    "deberta-v2": family("DebertaV2"),
+    "deberta": family("Deberta"),
+    "albert": family("Albert", embedding_size=16),
+    "mpnet": family("MPNet"),
+    "esm": family("Esm", pad_token_id=1, mask_token_id=4),
+    "megatron-bert": family("MegatronBert"),
+    "roformer": family("RoFormer"),
+    "big_bird": family("BigBird", attention_type="original_full"),
+    "rembert": family("RemBert", input_embedding_size=16, output_embedding_size=16),
+    "mobilebert": family("MobileBert", embedding_size=16, true_hidden_size=32, intra_bottleneck_size=32),
+    "ernie": family("Ernie"),
+    "data2vec-text": family("Data2VecText", pad_token_id=1),
+    "xlm-roberta-xl": family("XLMRobertaXL", pad_token_id=1),
+    "squeezebert": family("SqueezeBert", embedding_size=32, q_groups=1, k_groups=1, v_groups=1, post_attention_groups=1,
+                          intermediate_groups=1, output_groups=1),
 }
 MASK_ID = 4
 
@@ -80,9 +106,6 @@ def test_from_pretrained_local_directory(tmp_path):
 def test_bad_models_and_inputs_raise_clearly():
     with pytest.raises(ValueError, match="mask_id"):
         MaskedLMDenoiser(FAMILIES["bert"](), mask_id=None)
-    electra = ElectraForMaskedLM(ElectraConfig(embedding_size=16, **SMALL))
-    with pytest.raises(ValueError, match="unsupported masked-LM family 'electra'"):
-        MaskedLMDenoiser(electra, mask_id=MASK_ID)
     denoiser = MaskedLMDenoiser(FAMILIES["bert"](), mask_id=MASK_ID)
     with pytest.raises(ValueError, match="non-empty"):
         denoiser.conditional_logits(torch.zeros(0, 5, dtype=torch.long), torch.zeros(0, 1, dtype=torch.long))
@@ -159,3 +182,137 @@ def test_padded_rows_give_the_conditionals_of_the_unpadded_sequences():
         alone = [denoiser.conditional_logits(torch.tensor([row]), positions[k:k + 1]) for k, row in
                  enumerate((short, long))]
     torch.testing.assert_close(together, torch.cat(alone), rtol=1e-5, atol=1e-5)
+
+
+def test_other_families_fall_back_to_full_logits_exactly_with_one_warning():
+    torch.manual_seed(0)
+    funnel = FunnelForMaskedLM(FunnelConfig(block_sizes=[1, 1], d_model=32, n_head=2, d_head=16, d_inner=64,
+                                            vocab_size=60)).eval()
+    with pytest.warns(UserWarning, match="no head-only path for the 'funnel' family"):
+        denoiser = MaskedLMDenoiser(funnel, mask_id=MASK_ID)
+    tokens = torch.randint(5, 60, (2, 8))
+    positions = torch.tensor([[1, 5], [2, 3]])
+    with torch.no_grad():
+        full = funnel(input_ids=tokens.scatter(1, positions, MASK_ID)).logits
+    reference = full.gather(1, positions[..., None].expand(-1, -1, 60))
+    torch.testing.assert_close(denoiser.conditional_logits(tokens, positions), reference)
+
+
+class DiT(torch.nn.Module):
+    """A masked-diffusion backbone of the MDLM shape: ``forward(x, sigma)`` returning log-probabilities."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(8, 16)
+        self.time = torch.nn.Linear(1, 16)
+        self.drop = torch.nn.Dropout(0.5)
+        self.out = torch.nn.Linear(16, 8)
+        self.sigmas: list[torch.Tensor] = []
+
+    def forward(self, x, sigma):
+        self.sigmas.append(sigma)
+        h = self.drop(self.embed(x) + self.time(sigma[:, None, None].float()))
+        logits = self.out(h)
+        logits[..., 7] = float("-inf")  # the mask token has probability 0, as in MDLM
+        return logits.log_softmax(-1)
+
+
+def test_masked_diffusion_backbone_gets_the_glauber_time_and_is_registered():
+    from mlm_dynamics.models.full_sequence import loglinear_sigma
+
+    backbone = DiT()
+    vocab = VocabInfo(size=8, mask_id=7, forbidden_ids=(7,))
+    denoiser = FullSequenceDenoiser.masked_diffusion(backbone, vocab).eval()
+    assert not backbone.training  # eval() reached the backbone: dropout off
+    tokens = torch.randint(7, (3, 10))
+    first = denoiser.conditional_logits(tokens, torch.tensor([[2], [4], [6]]))
+    second = denoiser.conditional_logits(tokens, torch.tensor([[2], [4], [6]]))
+    torch.testing.assert_close(first, second)  # deterministic in eval mode
+    expected_sigma = loglinear_sigma(torch.full((3,), 1 / 10))  # one masked position of ten
+    torch.testing.assert_close(backbone.sigmas[0], expected_sigma)
+    with torch.no_grad():
+        direct = backbone(tokens.scatter(1, torch.tensor([[2], [4], [6]]), 7), expected_sigma)
+    torch.testing.assert_close(first[:, 0, :7], direct[torch.arange(3), [2, 4, 6], :7])  # -inf at the mask id is fine
+    assert denoiser.device == backbone.out.weight.device
+
+
+def test_functions_have_their_modules_registered():
+    torch.manual_seed(0)
+    bert = BertForMaskedLM(BertConfig(**SMALL, hidden_dropout_prob=0.5))
+    vocab = VocabInfo(size=60, mask_id=MASK_ID)
+    denoiser = FullSequenceDenoiser(lambda z: bert(input_ids=z), vocab)  # returns a MaskedLMOutput
+    assert any(p is bert.cls.predictions.bias for p in denoiser.parameters())
+    denoiser.eval()
+    assert not bert.training
+    tokens, positions = torch.randint(5, 60, (2, 9)), torch.tensor([[3], [5]])
+    torch.testing.assert_close(denoiser.conditional_logits(tokens, positions),
+                               denoiser.conditional_logits(tokens, positions))
+    direct = FullSequenceDenoiser(bert, vocab).conditional_logits(tokens, positions)  # the module itself
+    torch.testing.assert_close(direct, denoiser.conditional_logits(tokens, positions))
+
+
+REMOTE_CODE = '''
+import torch
+from transformers import PretrainedConfig, PreTrainedModel
+from transformers.modeling_outputs import MaskedLMOutput
+
+
+class TinyDiffusionConfig(PretrainedConfig):
+    model_type = "tiny-diffusion-lm"
+
+    def __init__(self, vocab_size=12, hidden_size=8, **kwargs):
+        super().__init__(**kwargs)
+        self.vocab_size, self.hidden_size = vocab_size, hidden_size
+
+
+class TinyDiffusionLM(PreTrainedModel):
+    config_class = TinyDiffusionConfig
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.embed = torch.nn.Embedding(config.vocab_size, config.hidden_size)
+        self.mix = torch.nn.Linear(config.hidden_size, config.hidden_size)
+        self.out = torch.nn.Linear(config.hidden_size, config.vocab_size)
+        self.post_init()
+
+    def forward(self, input_ids, **kwargs):
+        h = self.embed(input_ids)
+        h = h + self.mix(h.mean(1, keepdim=True))
+        return MaskedLMOutput(logits=self.out(h))
+'''
+
+
+def test_remote_code_diffusion_lm_runs_only_when_trusted(tmp_path):
+    import json
+    import sys
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    (tmp_path / "modeling_tiny.py").write_text(REMOTE_CODE)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import modeling_tiny
+
+        model = modeling_tiny.TinyDiffusionLM(modeling_tiny.TinyDiffusionConfig())
+    finally:
+        sys.path.remove(str(tmp_path))
+    model.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["auto_map"] = {"AutoConfig": "modeling_tiny.TinyDiffusionConfig",
+                          "AutoModel": "modeling_tiny.TinyDiffusionLM"}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    words = {w: i for i, w in enumerate(["[PAD]", "[MASK]", *"abcdefghij"])}
+    backend = Tokenizer(models.WordLevel(words, unk_token="[PAD]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="[PAD]", mask_token="[MASK]").save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="trust_remote_code=True"):
+        FullSequenceDenoiser.from_pretrained_diffusion(str(tmp_path))
+    denoiser, tokenizer = FullSequenceDenoiser.from_pretrained_diffusion(str(tmp_path), trust_remote_code=True)
+    assert denoiser.vocab.mask_id == 1 and 1 in denoiser.vocab.forbidden_ids
+    tokens = torch.tensor([tokenizer("a b c d e")["input_ids"]])
+    logits = denoiser.conditional_logits(tokens, torch.tensor([[2]]))
+    with torch.no_grad():
+        direct = denoiser.model(tokens.scatter(1, torch.tensor([[2]]), 1)).logits[:, 2]
+    allowed = denoiser.vocab.allowed_mask()
+    torch.testing.assert_close(logits[0, :, allowed], direct[:, allowed])

@@ -6,9 +6,19 @@ Finding the denoiser: ``denoiser_fn(pl_module)`` when given, else the module's `
 Start states: ``start_tokens`` when given, else the first rows of the latest train/validation/predict batch,
 read by ``batch_to_tokens`` (default: the batch itself if it is a tensor, else ``batch["input_ids"]``).
 
-Schedule: every ``every_n_train_steps`` optimizer steps, at the end of validation, and/or at the end of predict;
-never during the sanity check. Each run happens under ``torch.inference_mode`` with the module in eval mode,
-restoring train mode afterwards, and stops scheduling once ``budget_seconds`` of diagnostics have been spent.
+Schedule: every ``every_n_train_steps`` optimizer steps (once per optimizer step: with gradient accumulation the
+batches that only accumulate never trigger a run), at the end of validation, and/or at the end of predict; never
+during the sanity check. Each run happens under ``torch.inference_mode`` with the module in eval mode, restoring
+train mode afterwards, and stops scheduling once ``budget_seconds`` of diagnostics have been spent.
+
+Weights: runs every N training steps see the weights being trained; a module that swaps in EMA weights for validation
+would give runs at validation end other weights under the same metric names. Pass ``weights=`` (a function of the
+module returning a context manager, e.g. ``lambda m: m.ema_scope()``) to run every measurement on the same weights.
+
+DDP: every rank reaches each run at the same optimizer step, and the budget is decided on the maximum of the ranks'
+diagnostic seconds (an all-reduce), so no rank enters a collective alone. Callbacks whose results pool across ranks
+(``pooled = True``: meeting times, rectangles) measure on every rank's batch and log the pooled torchmetrics value;
+the others (influence, long-run chains) measure on rank 0 only and log from there.
 """
 
 from __future__ import annotations
@@ -16,6 +26,7 @@ from __future__ import annotations
 import abc
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
@@ -24,6 +35,7 @@ from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_warn
 from matplotlib.figure import Figure
 from torch import Tensor
+from typing_extensions import override
 
 from ..models.base import Denoiser, require_integer
 from ..report.writers import finite
@@ -56,7 +68,8 @@ class DiagnosticCallback(Callback, abc.ABC):
                  on_predict_end: bool = False, denoiser_fn: Callable[[LightningModule], Denoiser] | None = None,
                  start_tokens: Tensor | None = None, batch_to_tokens: Callable[[Any], Tensor] = default_batch_to_tokens,
                  num_starts: int = 4, budget_seconds: float | None = None, seed: int = 0, prefix: str = "",
-                 log_figures: bool = False) -> None:
+                 log_figures: bool = False,
+                 weights: Callable[[LightningModule], AbstractContextManager[Any]] | None = None) -> None:
         if every_n_train_steps is not None and every_n_train_steps < 1:
             raise ValueError(f"every_n_train_steps must be >= 1 or None, got {every_n_train_steps}")
         if num_starts < 1:
@@ -70,7 +83,8 @@ class DiagnosticCallback(Callback, abc.ABC):
             every_n_train_steps, on_validation_end, on_predict_end)
         self.denoiser_fn, self.start_tokens, self.batch_to_tokens = denoiser_fn, start_tokens, batch_to_tokens
         self.num_starts, self.budget_seconds, self.prefix = num_starts, budget_seconds, prefix
-        self.log_figures = log_figures
+        self.log_figures, self.weights = log_figures, weights
+        self.last_step = -1
         self.generator = torch.Generator().manual_seed(seed)
         self.latest_tokens: Tensor | None = None
         self.runs = 0
@@ -104,41 +118,54 @@ class DiagnosticCallback(Callback, abc.ABC):
         return tokens[: self.num_starts].to(device).long()
 
     # -- hooks -----------------------------------------------------------------------------------------------------
+    @override
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         self.denoiser(pl_module)  # a module without a denoiser fails when fit starts, not at the first run
 
+    @override
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         self._capture(batch)
-        if self.every_n_train_steps and trainer.global_step % self.every_n_train_steps == 0:
+        step = trainer.global_step
+        if self.every_n_train_steps and step > 0 and step % self.every_n_train_steps == 0 and step != self.last_step:
+            self.last_step = step  # accumulation batches see the same step again: run once
             self._run(trainer, pl_module, "train")
 
+    @override
     def on_validation_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
                                 batch_idx: int, dataloader_idx: int = 0) -> None:
         if not trainer.sanity_checking:
             self._capture(batch)
 
+    @override
     def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self.at_validation_end and not trainer.sanity_checking:
             self._run(trainer, pl_module, "validation")
 
+    @override
     def on_predict_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
                              batch_idx: int, dataloader_idx: int = 0) -> None:
         self._capture(batch)
 
+    @override
     def on_predict_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self.at_predict_end:
             self._run(trainer, pl_module, "predict")
 
+    pooled = False  # True: measure on every rank and pool through torchmetrics; False: rank 0 only
+
     def _run(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        self.seconds_used = self._max_over_ranks(trainer, pl_module, self.seconds_used)
         if self.budget_seconds is not None and self.seconds_used >= self.budget_seconds:
+            return
+        if not self.pooled and trainer is not None and trainer.global_rank != 0:
             return
         denoiser = self.denoiser(pl_module)
         was_training = pl_module.training
         pl_module.eval()
         started = time.perf_counter()
         try:
-            with torch.inference_mode():
+            with torch.inference_mode(), (self.weights(pl_module) if self.weights is not None else nullcontext()):
                 metrics = self.measure(denoiser, self.starts(denoiser.device), trainer)
         finally:
             pl_module.train(was_training)
@@ -164,9 +191,17 @@ class DiagnosticCallback(Callback, abc.ABC):
             for logger in trainer.loggers:
                 logger.log_metrics(metrics, step=trainer.global_step)
             return
-        for name, value in metrics.items():
+        for name, value in metrics.items():  # pooled values are equal on every rank; the rest exist on rank 0
             pl_module.log(name, float(value), on_step=stage == "train", on_epoch=stage != "train", batch_size=1,
-                          sync_dist=True)
+                          rank_zero_only=not self.pooled)
+
+    @staticmethod
+    def _max_over_ranks(trainer: Trainer | None, pl_module: LightningModule, seconds: float) -> float:
+        """The largest ``seconds`` over the ranks (every rank calls this at the same points)."""
+        if trainer is None or trainer.world_size == 1:
+            return seconds
+        value = torch.tensor(seconds, dtype=torch.float64, device=pl_module.device)
+        return float(trainer.strategy.reduce(value, reduce_op="max"))
 
     # -- state -----------------------------------------------------------------------------------------------------
     def extra_state(self) -> dict:
@@ -176,11 +211,13 @@ class DiagnosticCallback(Callback, abc.ABC):
         del state
 
     def state_dict(self) -> dict[str, Any]:
-        return {"runs": self.runs, "seconds_used": self.seconds_used, "rng": self.generator.get_state(),
+        return {"runs": self.runs, "seconds_used": self.seconds_used, "last_step": self.last_step,
+                "rng": self.generator.get_state(),
                 "latest_tokens": self.latest_tokens, "last_metrics": dict(self.last_metrics), **self.extra_state()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.runs, self.seconds_used = state_dict["runs"], state_dict["seconds_used"]
+        self.last_step = state_dict.get("last_step", -1)
         self.generator.set_state(state_dict["rng"])
         self.latest_tokens, self.last_metrics = state_dict["latest_tokens"], dict(state_dict["last_metrics"])
         self.load_extra_state(state_dict)

@@ -39,6 +39,8 @@ class MixingDiagnostics(DiagnosticCallback):
     forwards of ``<= 2 num_starts`` rows (twice with ``lag``).
     """
 
+    pooled = True
+
     def __init__(self, *, temperature: float = 1.0, max_steps: int = 200, lag: int | None = None,
                  t_values: Sequence[int] = (0, 50, 100), **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -85,6 +87,8 @@ class RectangleTest(DiagnosticCallback):
 
     Cost per run: ``num_starts * pairs_per_context * (2 num_tokens + 2)`` forward rows.
     """
+
+    pooled = True
 
     def __init__(self, *, pairs_per_context: int = 4, num_tokens: int = 4, max_distance: int | None = None,
                  temperature: float = 1.0, **kwargs: Any) -> None:

@@ -1,34 +1,152 @@
-"""Adapter for models that return full-sequence logits ``[B, L, V]`` (masked-diffusion denoisers and others)."""
+"""Adapter for models that return full-sequence logits ``[B, L, V]``: masked-diffusion denoisers and any other model.
+
+``FullSequenceDenoiser(model, vocab)`` writes ``vocab.mask_id`` at the requested positions, calls the model, and
+gathers the logits there. The model is registered as a submodule, so ``.to()``, ``.eval()`` and ``device`` reach it;
+a function that closes over modules (``lambda x: model(x).logits``, a bound ``model.forward``) has those modules
+found and registered too. Outputs may be a tensor, a tuple (first element) or a Hugging Face output (``.logits``).
+Models that return log-probabilities (MDLM-style) need nothing special: log-probabilities are logits up to a constant
+per row; ``-inf`` is accepted at forbidden ids (the mask token, say), which no diagnostic ever reads.
+
+Time or noise conditioning: ``condition(masked_tokens, positions) -> kwargs`` adds keyword arguments to each call.
+The Glauber convention (:func:`masked_fraction`) is ``t = K / L``, the fraction of positions masked in the call
+(``1 / L`` for single-site updates), mapped through the model's own noise schedule, e.g. MDLM's log-linear
+``sigma(t) = -log(1 - (1 - eps) t)`` (:func:`loglinear_sigma`).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from torch import Tensor
+import torch
+from torch import Tensor, nn
 
 from .base import Denoiser, VocabInfo, mask_positions
 
+Condition = Callable[[Tensor, Tensor], Mapping[str, Any]]
+
+
+def masked_fraction(tokens: Tensor, positions: Tensor) -> Tensor:
+    """``[B]`` fraction of positions masked in the call: ``K / L``."""
+    return torch.full((tokens.shape[0],), positions.shape[1] / tokens.shape[1], device=tokens.device)
+
+
+def loglinear_sigma(t: Tensor, eps: float = 1e-3) -> Tensor:
+    """MDLM's log-linear noise ``sigma(t) = -log(1 - (1 - eps) t)`` (total noise at masked fraction ``t``)."""
+    return -torch.log1p(-(1 - eps) * t)
+
+
+def time_condition(name: str = "sigma", schedule: Callable[[Tensor], Tensor] | None = None) -> Condition:
+    """``condition`` passing ``name = schedule(K / L)`` (default: the masked fraction itself) per row."""
+    def condition(tokens: Tensor, positions: Tensor) -> dict[str, Tensor]:
+        t = masked_fraction(tokens, positions)
+        return {name: t if schedule is None else schedule(t)}
+
+    return condition
+
+
+class _Function(nn.Module):
+    """A plain function as a module, with the modules it closes over registered (so they move and switch mode)."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        super().__init__()
+        self.fn = fn
+        self.found = nn.ModuleList(_modules_of(fn))
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+
+def _modules_of(fn: Callable[..., Any]) -> list[nn.Module]:
+    """Modules a function closes over: its bound ``self``, closure cells and globals it names."""
+    found: list[nn.Module] = []
+    owner = getattr(fn, "__self__", None)
+    if isinstance(owner, nn.Module):
+        found.append(owner)
+    closure = inspect.getclosurevars(fn) if inspect.isfunction(fn) else None
+    if closure is not None:
+        for value in [*closure.nonlocals.values(), *closure.globals.values()]:
+            if isinstance(value, nn.Module) and not any(value is m for m in found):
+                found.append(value)
+    return found
+
 
 class FullSequenceDenoiser(Denoiser):
-    """Adapter for any model that returns full-sequence logits ``[B, L, V]`` (e.g. a masked-diffusion denoiser).
+    """See the module docstring. Cost: one forward of ``B`` rows, and the ``[B, L, V]`` logits the model builds
+    (prefer :class:`~mlm_dynamics.MaskedLMDenoiser` for Hugging Face MLMs: it applies the head where needed only).
 
-    ``model(masked_tokens)`` is called with ``mask_id`` written into the requested positions, and the logits at
-    those positions are gathered. Cost: one forward of ``B`` rows plus the full ``[B, L, V]`` logits the model
-    materialises; prefer :class:`MaskedLMDenoiser` for Hugging Face MLMs, which applies the head only where needed.
+    Args:
+        model: an ``nn.Module`` (or a function, whose closed-over modules are registered).
+        vocab: vocabulary metadata; ``vocab.mask_id`` is written at the masked positions.
+        condition: optional ``(masked_tokens, positions) -> kwargs`` for time/noise conditioning.
     """
 
-    model: Callable[[Tensor], Tensor]
+    model: nn.Module
+    forbidden: Tensor
 
-    def __init__(self, model: Callable[[Tensor], Tensor], vocab: VocabInfo) -> None:
+    def __init__(self, model: nn.Module | Callable[..., Any], vocab: VocabInfo, *,
+                 condition: Condition | None = None) -> None:
         super().__init__()
         if vocab.mask_id is None:
             raise ValueError("vocab.mask_id is required: FullSequenceDenoiser writes it into masked positions")
         self.mask_id: int = vocab.mask_id
-        self.model = model
+        self.model = model if isinstance(model, nn.Module) else _Function(model)
         self.vocab = vocab
+        self.condition = condition
+        self.register_buffer("forbidden", ~vocab.allowed_mask(), persistent=False)
 
     def _masked_logits(self, tokens: Tensor, positions: Tensor) -> Tensor:
-        logits = self.model(mask_positions(tokens, positions, self.mask_id))
-        if logits.dim() != 3 or logits.shape[:2] != tokens.shape:
-            raise RuntimeError(f"model must return [B, L, V] logits, got {tuple(logits.shape)}")
-        return logits.gather(1, positions[..., None].expand(-1, -1, logits.shape[-1])).float()
+        masked = mask_positions(tokens, positions, self.mask_id)
+        kwargs = dict(self.condition(masked, positions)) if self.condition is not None else {}
+        output = self.model(masked, **kwargs)
+        logits = output.logits if hasattr(output, "logits") else output[0] if isinstance(output, tuple) else output
+        if not isinstance(logits, Tensor) or logits.dim() != 3 or logits.shape[:2] != tokens.shape:
+            raise RuntimeError(f"model must return [B, L, V] logits (a tensor, a tuple or an output with .logits), "
+                               f"got {getattr(logits, 'shape', type(logits))}")
+        picked = logits.gather(1, positions[..., None].expand(-1, -1, logits.shape[-1])).float()
+        return picked.masked_fill(self.forbidden.to(picked.device), 0.0)  # forbidden ids are never read
+
+    @classmethod
+    def masked_diffusion(cls, backbone: nn.Module, vocab: VocabInfo, *, time_argument: str = "sigma",
+                         schedule: Callable[[Tensor], Tensor] | None = loglinear_sigma) -> FullSequenceDenoiser:
+        """A ``forward(x, sigma)`` masked-diffusion backbone (MDLM/SEDD DiT): ``sigma = schedule(K / L)``."""
+        return cls(backbone, vocab, condition=time_condition(time_argument, schedule))
+
+    @classmethod
+    def from_pretrained_diffusion(cls, name_or_path: str, *, mask_id: int | None = None,
+                                  trust_remote_code: bool = False, device: str | torch.device = "cpu",
+                                  dtype: torch.dtype = torch.float32) -> tuple[FullSequenceDenoiser, Any]:
+        """A Hugging Face diffusion LM (LLaDA-style: ``AutoModel`` returning ``.logits``) and its tokenizer.
+
+        Code shipped with the model runs only with ``trust_remote_code=True``; ``mask_id`` defaults to the
+        tokenizer's mask token (LLaDA's is 126336).
+        """
+        from transformers import AutoModel, AutoTokenizer
+
+        from .huggingface import locate_pretrained
+
+        source, local_only = locate_pretrained(name_or_path)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local_only,
+                                                      trust_remote_code=trust_remote_code)
+            model = AutoModel.from_pretrained(source, local_files_only=local_only, dtype=dtype,
+                                              trust_remote_code=trust_remote_code)
+        except ValueError as error:
+            if "trust_remote_code" in str(error) and not trust_remote_code:
+                raise ValueError(f"model {name_or_path!r} ships its own code; pass trust_remote_code=True if you "
+                                 "trust it (it is never run by default)") from None
+            raise
+        mask = mask_id if mask_id is not None else tokenizer.mask_token_id
+        if mask is None:
+            raise ValueError("mask_id: the tokenizer defines no mask token; pass the model's mask id")
+        size = int(model.config.vocab_size)
+        special = sorted({mask, *(i for i in tokenizer.all_special_ids if i is not None and i < size)})
+        structural = (tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.cls_token_id,
+                      tokenizer.sep_token_id)
+        frame = tuple(sorted({i for i in structural if i is not None and i < size}))
+        vocab = VocabInfo(size=size, mask_id=mask, forbidden_ids=tuple(special), frame_ids=frame)
+        return cls(model.eval(), vocab).to(device), tokenizer
+
+
+__all__ = ["Condition", "FullSequenceDenoiser", "loglinear_sigma", "masked_fraction", "time_condition"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import socket
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,16 +34,36 @@ def _modernbert_head(model: Any) -> Head:
     return lambda h: model.decoder(model.head(h))
 
 
-# The prediction head of each masked-LM family, as it is applied in that family's ``forward`` in transformers.
+def _generator_head(model: Any) -> Head:
+    return lambda h: model.generator_lm_head(model.generator_predictions(h))
+
+
+def _albert_head(model: Any) -> Head:
+    return model.predictions
+
+
+def _deberta_head(model: Any) -> Head:
+    if model.legacy:
+        return model.cls
+    return lambda h: model.lm_predictions(h, model.base_model.embeddings.word_embeddings)
+
+
+# The prediction head of each masked-LM family, as it is applied in that family's ``forward`` in transformers 5.
 _LM_HEADS: dict[str, Callable[[Any], Head]] = {
-    "bert": _bert_head,
-    "roberta": _roberta_head,
-    "xlm-roberta": _roberta_head,
-    "camembert": _roberta_head,
+    **dict.fromkeys(("bert", "megatron-bert", "roformer", "big_bird", "rembert", "mobilebert", "ernie", "fnet",
+                     "nystromformer", "yoso", "mra", "squeezebert"), _bert_head),
+    **dict.fromkeys(("roberta", "xlm-roberta", "camembert", "xlm-roberta-xl", "data2vec-text", "xmod", "ibert", "mpnet",
+                     "esm"), _roberta_head),
+    **dict.fromkeys(("electra", "convbert"), _generator_head),
+    **dict.fromkeys(("deberta", "deberta-v2"), _deberta_head),
+    "albert": _albert_head,
     "distilbert": _distilbert_head,
     "modernbert": _modernbert_head,
 }
-_ROBERTA_FAMILY = ("roberta", "xlm-roberta", "camembert")
+# families whose absolute position ids start after the padding index (RoBERTa's create_position_ids_from_input_ids)
+_ROBERTA_FAMILY = ("roberta", "xlm-roberta", "camembert", "xlm-roberta-xl", "data2vec-text", "xmod", "ibert", "mpnet",
+                   "esm")
+_WARNED: set[str] = set()
 _PLACEHOLDER = re.compile(r"\[unused\d+\]")
 
 
@@ -53,7 +74,11 @@ class MaskedLMDenoiser(Denoiser):
     head there only: ``logits = head(encoder(x_masked)[b, P[b, k]])``. Cost: one encoder forward of ``B x L`` plus a
     head of ``B x K`` rows, instead of the ``B x L x V`` logits ``model(x).logits`` would build.
 
-    Supported families: BERT, RoBERTa (and XLM-R, CamemBERT), DistilBERT, ModernBERT.
+    The head-only path covers BERT, RoBERTa, XLM-R, CamemBERT, DistilBERT, ModernBERT, ELECTRA, ConvBERT,
+    DeBERTa (v1, v2), ALBERT, MPNet, ESM, Megatron-BERT, RoFormer, BigBird, RemBERT, MobileBERT, ERNIE, FNet,
+    Nystromformer, YOSO, MRA, SqueezeBERT, XLM-R-XL, Data2Vec-text, X-MOD and I-BERT (each tested equal to
+    ``model(x).logits`` at the positions). Any other ``*ForMaskedLM`` runs through ``model(x).logits`` (the full
+    ``B x L x V`` logits) with a one-time warning.
     """
 
     model: Any
@@ -63,17 +88,20 @@ class MaskedLMDenoiser(Denoiser):
     def __init__(self, model: Any, *, mask_id: int | None, special_ids: Sequence[int] = (),
                  frame_ids: Sequence[int] = (), pad_id: int | None = None) -> None:
         super().__init__()
-        model_type = getattr(model.config, "model_type", None)
-        if model_type not in _LM_HEADS:
-            raise ValueError(f"model: unsupported masked-LM family {model_type!r}; supported: {sorted(_LM_HEADS)}. "
-                             "Wrap other models with FullSequenceDenoiser.")
+        model_type = str(getattr(model.config, "model_type", None))
+        if model_type not in _LM_HEADS and model_type not in _WARNED:
+            _WARNED.add(model_type)
+            warnings.warn(f"model: no head-only path for the {model_type!r} family; using model(x).logits (the full "
+                          f"B x L x V logits). Head-only families: {sorted(_LM_HEADS)}", stacklevel=2)
         if mask_id is None:
             raise ValueError("mask_id: the model/tokenizer defines no mask token, so masked conditionals are undefined")
         self.mask_id: int = mask_id
         self.pad_id = pad_id
         self.model = model.eval()
         self.encoder = model.base_model
-        self.head = _LM_HEADS[model_type](model)
+        self.head_only = model_type in _LM_HEADS
+        if self.head_only:
+            self.head = _LM_HEADS[model_type](model)
         max_length = getattr(model.config, "max_position_embeddings", None)
         if model_type in _ROBERTA_FAMILY and max_length is not None:
             max_length -= model.config.pad_token_id + 1  # RoBERTa position ids start after the padding index
@@ -85,15 +113,20 @@ class MaskedLMDenoiser(Denoiser):
     def hidden_states(self, tokens: Tensor) -> Tensor:
         """Last hidden states ``[B, L, H]`` of the encoder; padding (``pad_id``) is masked out of attention, so a
         padded row gives the states of the unpadded sequence. Cost: one encoder forward of ``B`` rows."""
-        attention = None
-        if self.pad_id is not None:
-            padding = tokens == self.pad_id
-            if padding.any():
-                attention = (~padding).long()
-        return self.encoder(input_ids=tokens, attention_mask=attention).last_hidden_state
+        return self.encoder(input_ids=tokens, attention_mask=self._attention(tokens)).last_hidden_state
+
+    def _attention(self, tokens: Tensor) -> Tensor | None:
+        """``1`` where attended, ``0`` at padding; ``None`` (attend everywhere) when no row is padded."""
+        if self.pad_id is None:
+            return None
+        padding = tokens == self.pad_id
+        return (~padding).long() if padding.any() else None
 
     def _masked_logits(self, tokens: Tensor, positions: Tensor) -> Tensor:
         masked = mask_positions(tokens.long(), positions, self.mask_id)
+        if not self.head_only:
+            logits = self.model(input_ids=masked, attention_mask=self._attention(masked)).logits
+            return logits.gather(1, positions[..., None].expand(-1, -1, logits.shape[-1])).float()
         hidden = self.hidden_states(masked)
         picked = hidden.gather(1, positions[..., None].expand(-1, -1, hidden.shape[-1]))
         return self.head(picked).float()
