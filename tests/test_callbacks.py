@@ -140,3 +140,28 @@ def test_callback_validation_and_denoiser_hook():
         TrapDetector(radius=3.0)
     with pytest.raises(AttributeError, match="'denoiser' attribute"):
         RectangleTest().denoiser(L.LightningModule())
+
+
+def test_embedders_are_checked_when_fit_starts_and_plain_functions_are_normalised():
+    from mlm_dynamics import FullSequenceDenoiser, VocabInfo
+    from mlm_dynamics.embedders import FunctionEmbedder, ModuleOutputEmbedder
+
+    backbone = torch.nn.Sequential(torch.nn.Embedding(10, 8), torch.nn.Linear(8, 8), torch.nn.Linear(8, 10))
+    denoiser = FullSequenceDenoiser(backbone, VocabInfo(size=10, mask_id=9, forbidden_ids=(9,)))
+
+    class Module(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.denoiser = denoiser
+
+    with pytest.raises(TypeError, match="hidden_module"):
+        SemanticDrift().setup(None, Module(), "fit")
+    hooked = SemanticDrift(hidden_module="model.1")
+    hooked.setup(None, Module(), "fit")  # a named submodule with [B, L, H] output will do
+    embedding = ModuleOutputEmbedder(denoiser, "model.1")(torch.randint(9, (3, 5)))
+    torch.testing.assert_close(embedding.norm(dim=1), torch.ones(3))
+    raw = SemanticDrift(embedder=lambda tokens: 7.0 * tokens.float())  # an un-normalised function
+    assert isinstance(raw.embedder, FunctionEmbedder)
+    torch.testing.assert_close(raw.embedder(torch.ones(2, 4, dtype=torch.long)).norm(dim=1), torch.ones(2))
+    with pytest.raises(ValueError, match="not a submodule"):
+        ModuleOutputEmbedder(denoiser, "model.7")

@@ -99,3 +99,16 @@ def test_influence_input_errors():
         estimate_influence(model, torch.zeros(1, 3, dtype=torch.long), temperatures=(0.0,))
     with pytest.raises(ValueError, match="replacements"):
         estimate_influence(model, torch.zeros(1, 3, dtype=torch.long), replacements=0)
+
+
+def test_masked_sites_have_no_margin_and_are_left_out_of_summaries():
+    from mlm_dynamics import FullSequenceDenoiser, VocabInfo
+
+    vocab = VocabInfo(size=5, mask_id=4, forbidden_ids=(4,))
+    denoiser = FullSequenceDenoiser(lambda x: torch.nn.functional.one_hot(x.clamp_max(3), 5).float() * 3.0, vocab)
+    tokens = torch.tensor([[0, 4, 2, 4], [1, 1, 4, 3]])  # 4 = still masked (diffusion decoding)
+    margins = local_margins(denoiser, tokens, sites=torch.arange(4)[None])
+    assert margins.valid.tolist() == [[True, False, True, False], [True, True, False, True]]
+    summary = margins.summary(1.0)
+    assert math.isfinite(summary["margin_mean"]) and summary["margin_sites"] == pytest.approx(5 / 8)
+    assert summary["margin_mean"] == pytest.approx(float(margins.margin[margins.valid].mean()))

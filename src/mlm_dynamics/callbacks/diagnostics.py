@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
 import torch
-from lightning.pytorch import Trainer
+from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.loggers import WandbLogger
 from matplotlib.figure import Figure
 from torch import Tensor
+from typing_extensions import override
 
 from ..diagnostics.influence import check_temperatures, estimate_influence
 from ..diagnostics.meeting import MeetingTimes
 from ..diagnostics.rectangle import RectangleReport, check_rectangle_options, sample_rectangles
-from ..embedders.base import Codec, Embedder, HiddenStateEmbedder
+from ..embedders.base import Codec, Embedder, HiddenStateEmbedder, ModuleOutputEmbedder, as_embedder
 from ..metrics.aggregates import MeetingTimeMetric, RectanglePrevalence
 from ..models.base import Denoiser
 from ..models.huggingface import MaskedLMDenoiser
@@ -145,14 +146,17 @@ class _PersistentChains(DiagnosticCallback):
 
     monitor_prefix = "chains/"
 
-    def __init__(self, *, embedder: Embedder | None = None, temperature: float = 1.0, steps_per_run: int = 50,
-                 every: int = 10, thresholds: Sequence[float] = (0.1, 0.2, 0.3), codec: Codec | None = None,
-                 table_rows: int = 8, **kwargs: Any) -> None:
+    def __init__(self, *, embedder: Embedder | Callable[[Tensor], Tensor] | None = None,
+                 hidden_module: str | None = None, temperature: float = 1.0, steps_per_run: int = 50, every: int = 10,
+                 thresholds: Sequence[float] = (0.1, 0.2, 0.3), codec: Codec | None = None, table_rows: int = 8,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if steps_per_run < 1:
             raise ValueError(f"steps_per_run must be >= 1, got {steps_per_run}")
         check_drift_options(thresholds=thresholds, every=every)
-        self.embedder, self.temperature, self.steps_per_run = embedder, check_temperature(temperature), steps_per_run
+        self.embedder = None if embedder is None else as_embedder(embedder)  # plain functions get normalised rows
+        self.hidden_module = hidden_module
+        self.temperature, self.steps_per_run = check_temperature(temperature), steps_per_run
         self.every, self.thresholds, self.codec, self.table_rows = every, tuple(thresholds), codec, table_rows
         self.chain_state: ChainState | None = None
         self.monitor: ChainMonitor | None = None
@@ -162,17 +166,25 @@ class _PersistentChains(DiagnosticCallback):
         return ChainMonitor(embedder, every=self.every, thresholds=self.thresholds, temperature=self.temperature,
                             prefix=f"{self.prefix}{self.monitor_prefix}")
 
+    def default_embedder(self, denoiser: Denoiser) -> Embedder:
+        """``embedder``, else the hidden states of a masked LM, else the output of ``hidden_module``."""
+        if self.embedder is not None:
+            return self.embedder
+        if self.hidden_module is not None:
+            return ModuleOutputEmbedder(denoiser, self.hidden_module)
+        if isinstance(denoiser, MaskedLMDenoiser):
+            return HiddenStateEmbedder(denoiser)
+        raise TypeError(f"{type(self).__name__}: a {type(denoiser).__name__} has no encoder to embed chain states "
+                        "with; pass embedder= or hidden_module= (a submodule whose output is [B, L, H])")
+
+    @override
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        self.default_embedder(self.denoiser(pl_module))  # fails when fit starts, not at the first run
+
     def _started(self, denoiser: Denoiser, sampler: GlauberSampler, starts: Tensor) -> tuple[ChainState, ChainMonitor]:
         """The persistent chains and their monitor, created (or restored from a checkpoint) at the first run."""
         if self.monitor is None or self.chain_state is None:
-            if self.embedder is not None:
-                embedder = self.embedder
-            elif isinstance(denoiser, MaskedLMDenoiser):
-                embedder = HiddenStateEmbedder(denoiser)
-            else:
-                raise TypeError(f"{type(self).__name__}: the default hidden-state embedder needs a MaskedLMDenoiser, "
-                                f"got {type(denoiser).__name__}; pass embedder=")
-            self.monitor = self.build_monitor(denoiser, embedder)
+            self.monitor = self.build_monitor(denoiser, self.default_embedder(denoiser))
             if self._pending_state is not None:
                 self.chain_state = ChainState.from_state_dict(self._pending_state["chains"], denoiser.device)
                 self.monitor.load_state_dict(self._pending_state["monitor"])
@@ -229,8 +241,10 @@ class _PersistentChains(DiagnosticCallback):
 class SemanticDrift(_PersistentChains):
     """Long-run chains started from batch sequences: drift ``1 - cos(e(X_t), e(X_0))``, threshold hits, Hamming.
 
-    ``embedder`` defaults to mean-pooled hidden states of the model's own encoder; pass a
-    :class:`~mlm_dynamics.embedding.SentenceEmbedder` for text. Embeddings are computed every ``every`` steps only.
+    ``embedder`` defaults to mean-pooled hidden states of the model's own encoder (or of ``hidden_module`` for
+    full-sequence models); pass a :class:`~mlm_dynamics.embedders.SentenceEmbedder` for text, or any function (its
+    rows are normalised). Embeddings are computed every ``every`` steps only. :class:`TrapDetector` logs the same
+    drift scalars: use it instead of both to run one set of chains.
     """
 
     monitor_prefix = "drift/"

@@ -35,6 +35,9 @@ def escape_probability_bound(margin: Tensor, num_allowed: int, temperature: floa
 class LocalMargins:
     """Margins of the current tokens at the chains' sites.
 
+    Sites whose current token cannot be proposed (still masked during diffusion decoding, say) have no margin:
+    they are ``nan`` in the per-site tensors and left out of every mean and minimum.
+
     Attributes:
         margin: ``[B, n]`` ``Delta_i`` per chain and site (negative where the current token is not the arg-max).
         logits: ``[B, n, V]`` the tau = 1 conditional logits (forbidden tokens at ``-inf``).
@@ -47,24 +50,34 @@ class LocalMargins:
     current: Tensor
     num_allowed: int
 
+    @property
+    def valid(self) -> Tensor:
+        """``[B, n]`` True where the current token is proposable (a margin exists)."""
+        return torch.isfinite(self.margin)
+
     def change_probability(self, temperature: float) -> Tensor:
-        """Exact ``1 - p_i^tau(x_i)`` per chain and site, ``[B, n]``."""
+        """Exact ``1 - p_i^tau(x_i)`` per chain and site, ``[B, n]`` (``nan`` where there is no margin)."""
         log_p = (self.logits / temperature).log_softmax(-1).gather(-1, self.current[..., None]).squeeze(-1)
-        return -torch.expm1(log_p)
+        return torch.where(self.valid, -torch.expm1(log_p), math.nan)
 
     def escape_bound(self, temperature: float) -> Tensor:
         """``q(Delta_i, tau)`` per chain and site, ``[B, n]``; bounds :meth:`change_probability`."""
         return escape_probability_bound(self.margin, self.num_allowed, temperature)
 
     def step_escape_bound(self, temperature: float) -> Tensor:
-        """``[B]``: bound on the probability that one random-scan step changes the chain, ``(1/n) sum_i q_i``."""
-        return self.escape_bound(temperature).mean(1)
+        """``[B]``: bound on the probability that one random-scan step changes the chain, ``(1/n) sum_i q_i``
+        over the sites with a margin."""
+        return self.escape_bound(temperature).nanmean(1)
 
     def summary(self, temperature: float) -> dict[str, float]:
-        """``margin_mean``, ``margin_min``, ``change_probability_mean`` and ``step_escape_bound_mean`` at tau."""
-        return {"margin_mean": float(self.margin.mean()), "margin_min": float(self.margin.min()),
-                "change_probability_mean": float(self.change_probability(temperature).mean()),
-                "step_escape_bound_mean": float(self.step_escape_bound(temperature).mean())}
+        """``margin_mean``, ``margin_min``, ``change_probability_mean``, ``step_escape_bound_mean`` at tau, and
+        ``margin_sites``, the fraction of sites with a margin."""
+        margins = self.margin[self.valid]
+        return {"margin_mean": float(margins.mean()) if margins.numel() else math.nan,
+                "margin_min": float(margins.min()) if margins.numel() else math.nan,
+                "change_probability_mean": float(self.change_probability(temperature).nanmean()),
+                "step_escape_bound_mean": float(self.step_escape_bound(temperature).nanmean()),
+                "margin_sites": float(self.valid.double().mean())}
 
 
 @torch.no_grad()
@@ -83,4 +96,5 @@ def local_margins(denoiser: Denoiser, tokens: Tensor, *, sites: Tensor | None = 
     current = tokens.gather(1, sites)
     own = logits.gather(2, current[..., None]).squeeze(-1)
     rivals = logits.scatter(2, current[..., None], -math.inf).amax(-1)
-    return LocalMargins(margin=own - rivals, logits=logits, current=current, num_allowed=int(allowed.sum()))
+    margin = torch.where(allowed[current], own - rivals, math.nan)  # no margin for a masked or special token
+    return LocalMargins(margin=margin, logits=logits, current=current, num_allowed=int(allowed.sum()))

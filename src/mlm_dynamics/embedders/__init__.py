@@ -1,14 +1,16 @@
-"""Maps from chain states to unit vectors (sentence encoders, hidden states, user functions)."""
+"""Maps from chain states to unit vectors (sentence encoders, hidden states, module outputs, user functions)."""
 
 from .base import (
-                   Codec,
-                   Embedder,
-                   FunctionEmbedder,
-                   HiddenStateEmbedder,
-                   SentenceEmbedder,
-                   cosine_distance,
-                   default_sentence_model_path,
+    Codec,
+    Embedder,
+    FunctionEmbedder,
+    HiddenStateEmbedder,
+    ModuleOutputEmbedder,
+    SentenceEmbedder,
+    as_embedder,
+    cosine_distance,
+    default_sentence_model_path,
 )
 
-__all__ = ["Codec", "Embedder", "FunctionEmbedder", "HiddenStateEmbedder", "SentenceEmbedder", "cosine_distance",
-           "default_sentence_model_path"]
+__all__ = ["Codec", "Embedder", "FunctionEmbedder", "HiddenStateEmbedder", "ModuleOutputEmbedder", "SentenceEmbedder",
+           "as_embedder", "cosine_distance", "default_sentence_model_path"]

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..models.base import Denoiser
 from ..models.huggingface import MaskedLMDenoiser
 
 
@@ -81,6 +82,8 @@ class FunctionEmbedder:
     """Wraps ``fn(tokens) -> [B, D]`` and normalises its rows."""
 
     def __init__(self, fn: Callable[[Tensor], Tensor]) -> None:
+        if not callable(fn):
+            raise TypeError(f"embedder must be callable (tokens [B, L] -> [B, D]), got {type(fn).__name__}")
         self.fn = fn
 
     @torch.no_grad()
@@ -90,6 +93,47 @@ class FunctionEmbedder:
             raise ValueError(f"embedding function must return [B, D] with B = {tokens.shape[0]}, "
                              f"got {tuple(out.shape)}")
         return F.normalize(out.float(), dim=-1).cpu()
+
+
+class ModuleOutputEmbedder:
+    """Mean over the non-frame positions of a named module's output ``[B, L, H]``, captured by a forward hook while
+    the denoiser computes a conditional; for full-sequence models (diffusion backbones) without an encoder API.
+
+    ``module`` names a submodule of the denoiser (``denoiser.get_submodule``), e.g. ``"model.blocks.5"``. The pass
+    masks each row's first non-frame position (a conditional needs one); its effect on the mean is one position's.
+    Cost: one forward of B rows.
+    """
+
+    def __init__(self, denoiser: Denoiser, module: str) -> None:
+        try:
+            self.target = denoiser.get_submodule(module)
+        except AttributeError as error:
+            raise ValueError(f"module {module!r} is not a submodule of the denoiser: {error}") from None
+        self.denoiser = denoiser
+
+    @torch.no_grad()
+    def __call__(self, tokens: Tensor) -> Tensor:
+        captured: list[Tensor] = []
+        handle = self.target.register_forward_hook(lambda module, args, output: captured.append(
+            output[0] if isinstance(output, tuple) else output))
+        try:
+            tokens = tokens.to(self.denoiser.device)
+            free = self.denoiser.free_mask(tokens)
+            self.denoiser.conditional_logits(tokens, free.float().argmax(1)[:, None])
+        finally:
+            handle.remove()
+        hidden = captured[-1]
+        if hidden.dim() != 3 or hidden.shape[:2] != tokens.shape:
+            raise ValueError(f"module output must be [B, L, H] hidden states, got {tuple(hidden.shape)}")
+        keep = free.to(hidden.dtype)[..., None]
+        return F.normalize((hidden * keep).sum(1) / keep.sum(1).clamp_min(1), dim=-1).float().cpu()
+
+
+def as_embedder(embedder: Embedder | Callable[[Tensor], Tensor]) -> Embedder:
+    """Our embedders as they are; any other callable wrapped in :class:`FunctionEmbedder` (rows normalised)."""
+    if isinstance(embedder, (SentenceEmbedder, HiddenStateEmbedder, FunctionEmbedder, ModuleOutputEmbedder)):
+        return embedder
+    return FunctionEmbedder(embedder)
 
 
 def cosine_distance(a: Tensor, b: Tensor) -> Tensor:

@@ -88,7 +88,7 @@ class ChainMonitor:
         margin = None
         if self.margin_denoiser is not None:
             margins = local_margins(self.margin_denoiser, state.tokens, sites=state.sites)
-            margin = margins.margin.mean(1)
+            margin = margins.margin.nanmean(1)
             metrics.update({f"{p}{k}": v for k, v in margins.summary(self.temperature).items()})
         if self.traps is not None:
             trapped = self.traps.observe(state.step, embeddings, state.tokens, margin)
