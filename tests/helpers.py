@@ -46,3 +46,38 @@ def modules_of_test_extra() -> list[str]:
     only = test - user
     return sorted(module for module, dists in packages_distributions().items()
                   if any(d.lower().replace("_", "-") in only for d in dists) and module.isidentifier())
+
+
+def _potts_tokens(num: int = 64, length: int = 10, seed: int = 0) -> torch.Tensor:
+    """Sequences [CLS] x [SEP] of a Potts chain on content ids 4..9 (structure to learn)."""
+    from mlm_dynamics import GlauberSampler, PairwiseMRFDenoiser
+
+    potts = PairwiseMRFDenoiser.potts_chain(length, 6, coupling=1.5)
+    sampler = GlauberSampler(potts, 1.0)
+    state = sampler.init_state(torch.randint(6, (num, length), generator=torch.Generator().manual_seed(seed)),
+                               seed=seed)
+    for _ in sampler.run(state, 200):
+        pass
+    return torch.cat([torch.ones(num, 1, dtype=torch.long), state.tokens + 4, torch.full((num, 1), 2)], 1)
+
+
+def tiny_lightning_classes():
+    """A masked-denoising module around a tiny random BERT and a Potts data module, for LightningCLI tests."""
+    import lightning as L
+    from torch.utils.data import DataLoader
+
+    from mlm_dynamics.training import MaskedDenoiserModule, tiny_bert_denoiser
+
+    class TinyDenoiser(MaskedDenoiserModule):
+        def __init__(self, lr: float = 3e-3) -> None:
+            super().__init__(tiny_bert_denoiser(), lr=lr)
+
+    class PottsData(L.LightningDataModule):
+        def __init__(self, batch_size: int = 8) -> None:
+            super().__init__()
+            self.batch_size = batch_size
+
+        def train_dataloader(self) -> DataLoader:
+            return DataLoader(_potts_tokens(), batch_size=self.batch_size, shuffle=True)
+
+    return TinyDenoiser, PottsData

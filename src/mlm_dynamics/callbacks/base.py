@@ -1,10 +1,13 @@
 """The shared shape of every diagnostic callback: schedule, model access, eval/inference mode, budget, logging, state.
 
-Finding the denoiser: ``denoiser_fn(pl_module)`` when given, else the module's ``denoiser`` attribute (any
-:class:`~mlm_dynamics.Denoiser`, e.g. a :class:`~mlm_dynamics.MaskedLMDenoiser` around the model being trained).
+Finding the denoiser: ``denoiser_fn(pl_module)`` when given, else the module's attribute ``denoiser_attr`` (default
+``denoiser``; dotted paths such as ``"model.denoiser"`` work): any :class:`~mlm_dynamics.Denoiser`, e.g. a
+:class:`~mlm_dynamics.MaskedLMDenoiser` around the model being trained.
 
-Start states: ``start_tokens`` when given, else the first rows of the latest train/validation/predict batch,
-read by ``batch_to_tokens`` (default: the batch itself if it is a tensor, else ``batch["input_ids"]``).
+Start states: ``start_tokens`` when given (a tensor, a list of token-id lists, or the path of a JSON/YAML file
+holding one), else the first rows of the latest train/validation/predict batch, read by ``batch_to_tokens``
+(default: the batch itself if it is a tensor, else ``batch["input_ids"]``). Every argument can be written in a
+LightningCLI YAML file.
 
 Schedule: every ``every_n_train_steps`` optimizer steps (once per optimizer step: with gradient accumulation the
 batches that only accumulate never trigger a run), at the end of validation, and/or at the end of predict; never
@@ -27,9 +30,11 @@ import abc
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_warn
@@ -52,6 +57,22 @@ def log_figure(trainer: Trainer, tag: str, figure: Figure) -> None:
             logger.experiment.log({tag: wandb.Image(figure), "trainer/global_step": trainer.global_step})
 
 
+def load_tokens(tokens: Tensor | list[list[int]] | str | None) -> Tensor | None:
+    """Start tokens from a tensor, a list of id lists (equal lengths), or a JSON/YAML file holding such a list."""
+    if tokens is None or isinstance(tokens, Tensor):
+        return tokens
+    if isinstance(tokens, str):
+        path = Path(tokens)
+        if not path.is_file():
+            raise ValueError(f"start_tokens: no such file {tokens!r}")
+        tokens = yaml.safe_load(path.read_text())  # JSON is YAML
+    if not isinstance(tokens, list) or not tokens or len({len(row) for row in tokens}) != 1:
+        raise ValueError("start_tokens must be a non-empty list of equal-length lists of token ids")
+    if not all(isinstance(i, int) and not isinstance(i, bool) for row in tokens for i in row):
+        raise ValueError("start_tokens must hold integer token ids")
+    return torch.tensor(tokens)
+
+
 def default_batch_to_tokens(batch: Any) -> Tensor:
     if isinstance(batch, Tensor):
         return batch
@@ -66,10 +87,11 @@ class DiagnosticCallback(Callback, abc.ABC):
 
     def __init__(self, *, every_n_train_steps: int | None = None, on_validation_end: bool = True,
                  on_predict_end: bool = False, denoiser_fn: Callable[[LightningModule], Denoiser] | None = None,
-                 start_tokens: Tensor | None = None, batch_to_tokens: Callable[[Any], Tensor] = default_batch_to_tokens,
-                 num_starts: int = 4, budget_seconds: float | None = None, seed: int = 0, prefix: str = "",
-                 log_figures: bool = False,
-                 weights: Callable[[LightningModule], AbstractContextManager[Any]] | None = None) -> None:
+                 start_tokens: Tensor | list[list[int]] | str | None = None,
+                 batch_to_tokens: Callable[[Any], Tensor] = default_batch_to_tokens, num_starts: int = 4,
+                 budget_seconds: float | None = None, seed: int = 0, prefix: str = "", log_figures: bool = False,
+                 weights: Callable[[LightningModule], AbstractContextManager[Any]] | None = None,
+                 denoiser_attr: str = "denoiser") -> None:
         if every_n_train_steps is not None and every_n_train_steps < 1:
             raise ValueError(f"every_n_train_steps must be >= 1 or None, got {every_n_train_steps}")
         if num_starts < 1:
@@ -77,13 +99,14 @@ class DiagnosticCallback(Callback, abc.ABC):
         if budget_seconds is not None and not budget_seconds > 0:
             raise ValueError(f"budget_seconds must be > 0 or None (no budget), got {budget_seconds}; a budget of "
                              "zero would never run the diagnostics")
+        start_tokens = load_tokens(start_tokens)
         if start_tokens is not None:
             require_integer("start_tokens", start_tokens)
         self.every_n_train_steps, self.at_validation_end, self.at_predict_end = (
             every_n_train_steps, on_validation_end, on_predict_end)
         self.denoiser_fn, self.start_tokens, self.batch_to_tokens = denoiser_fn, start_tokens, batch_to_tokens
         self.num_starts, self.budget_seconds, self.prefix = num_starts, budget_seconds, prefix
-        self.log_figures, self.weights = log_figures, weights
+        self.log_figures, self.weights, self.denoiser_attr = log_figures, weights, denoiser_attr
         self.last_step = -1
         self.generator = torch.Generator().manual_seed(seed)
         self.latest_tokens: Tensor | None = None
@@ -101,10 +124,16 @@ class DiagnosticCallback(Callback, abc.ABC):
 
     # -- model and data access -------------------------------------------------------------------------------------
     def denoiser(self, pl_module: LightningModule) -> Denoiser:
-        denoiser = self.denoiser_fn(pl_module) if self.denoiser_fn is not None else getattr(pl_module, "denoiser", None)
+        found: Any = pl_module
+        if self.denoiser_fn is not None:
+            found = self.denoiser_fn(pl_module)
+        else:
+            for name in self.denoiser_attr.split("."):
+                found = getattr(found, name, None)
+        denoiser = found
         if not isinstance(denoiser, Denoiser):
-            raise AttributeError(f"{type(self).__name__}: give the LightningModule a 'denoiser' attribute "
-                                 "(an mlm_dynamics.Denoiser) or pass denoiser_fn=")
+            raise AttributeError(f"{type(self).__name__}: give the LightningModule a {self.denoiser_attr!r} attribute "
+                                 "(an mlm_dynamics.Denoiser), or pass denoiser_attr= or denoiser_fn=")
         return denoiser
 
     def _capture(self, batch: Any) -> None:

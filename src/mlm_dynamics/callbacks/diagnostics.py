@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.loggers import WandbLogger
 from matplotlib.figure import Figure
@@ -16,7 +18,15 @@ from typing_extensions import override
 from ..diagnostics.influence import check_temperatures, estimate_influence
 from ..diagnostics.meeting import MeetingTimes
 from ..diagnostics.rectangle import RectangleReport, check_rectangle_options, sample_rectangles
-from ..embedders.base import Codec, Embedder, HiddenStateEmbedder, ModuleOutputEmbedder, as_embedder
+from ..embedders.base import (
+    Codec,
+    Embedder,
+    EmbedderBase,
+    HiddenStateEmbedder,
+    ModuleOutputEmbedder,
+    SentenceEmbedder,
+    as_embedder,
+)
 from ..metrics.aggregates import MeetingTimeMetric, RectanglePrevalence
 from ..models.base import Denoiser
 from ..models.huggingface import MaskedLMDenoiser
@@ -141,12 +151,15 @@ class InfluenceProbe(DiagnosticCallback):
         return {f"{self.prefix}influence/{k}": v for k, v in estimate.summary().items()}
 
 
+Anchors = dict[str, Tensor] | dict[str, list[str]] | dict[str, list[list[float]]]
+
+
 class _PersistentChains(DiagnosticCallback):
     """Chains that live across runs (``steps_per_run`` steps each), watched by a :class:`ChainMonitor`."""
 
     monitor_prefix = "chains/"
 
-    def __init__(self, *, embedder: Embedder | Callable[[Tensor], Tensor] | None = None,
+    def __init__(self, *, embedder: EmbedderBase | Callable[[Tensor], Tensor] | None = None,
                  hidden_module: str | None = None, temperature: float = 1.0, steps_per_run: int = 50, every: int = 10,
                  thresholds: Sequence[float] = (0.1, 0.2, 0.3), codec: Codec | None = None, table_rows: int = 8,
                  **kwargs: Any) -> None:
@@ -255,32 +268,56 @@ class TrapDetector(_PersistentChains):
 
     Args:
         radius, dwell, hamming_radius, basin_radius: see :class:`~mlm_dynamics.traps.TrapTracker`.
-        topic_anchors: optional ``{topic: [D] or [K, D] anchor embeddings}`` for topic attraction.
-        topic_threshold: cosine similarity counted as "near" a topic.
+        topic_anchors: optional anchors for topic attraction: ``{topic: [D] or [K, D] embeddings}`` (tensors or
+            nested lists), ``{topic: [sentences]}`` (embedded with the callback's embedder when the chains start),
+            or the path of a YAML file ``{threshold: ..., topics: {topic: [sentences]}}`` (as
+            ``configs/topics-politics.yaml``).
+        topic_threshold: cosine similarity counted as "near" a topic (``None``: the file's, else 0.5).
         with_margins: log local margins (``B n`` forward rows per observation) and attach them to traps.
     """
 
     monitor_prefix = "traps/"
 
     def __init__(self, *, radius: float = 0.05, dwell: int = 50, hamming_radius: int | None = None,
-                 basin_radius: float = 0.1, topic_anchors: dict[str, Tensor] | None = None,
-                 topic_threshold: float = 0.5, with_margins: bool = False, **kwargs: Any) -> None:
+                 basin_radius: float = 0.1, topic_anchors: Anchors | str | None = None,
+                 topic_threshold: float | None = None, with_margins: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.new_tracker = partial(TrapTracker, radius=radius, dwell=dwell, hamming_radius=hamming_radius,
                                    basin_radius=basin_radius)
         self.new_tracker()  # validate now, not at the first run
-        if not -1 <= topic_threshold <= 1:
+        anchors: dict[str, Any] | None = None if isinstance(topic_anchors, str) else topic_anchors
+        if isinstance(topic_anchors, str):
+            spec = yaml.safe_load(Path(topic_anchors).read_text()) if Path(topic_anchors).is_file() else None
+            if not isinstance(spec, dict) or not isinstance(spec.get("topics"), dict):
+                raise ValueError(f"topic_anchors: {topic_anchors!r} is not a YAML file with a 'topics' mapping")
+            anchors = spec["topics"]
+            topic_threshold = topic_threshold if topic_threshold is not None else spec.get("threshold")
+        threshold = 0.5 if topic_threshold is None else topic_threshold
+        if not -1 <= threshold <= 1:
             raise ValueError(f"topic_threshold must be a cosine similarity in [-1, 1], got {topic_threshold}")
-        self.topic_anchors, self.topic_threshold, self.with_margins = topic_anchors, topic_threshold, with_margins
+        self.topic_anchors, self.topic_threshold, self.with_margins = anchors, threshold, with_margins
 
     def build_monitor(self, denoiser: Denoiser, embedder: Embedder) -> ChainMonitor:
         topics = None
         if self.topic_anchors:
-            topics = TopicAttraction(self.topic_anchors, threshold=self.topic_threshold)
+            embedded = {name: anchor_embeddings(embedder, value) for name, value in self.topic_anchors.items()}
+            topics = TopicAttraction(embedded, threshold=self.topic_threshold)
         return ChainMonitor(embedder, every=self.every, thresholds=self.thresholds,
                             traps=self.new_tracker(), topics=topics,
                             margin_denoiser=denoiser if self.with_margins else None, temperature=self.temperature,
                             prefix=f"{self.prefix}{self.monitor_prefix}")
+
+
+def anchor_embeddings(embedder: Embedder, anchors: Tensor | list[str] | list[list[float]]) -> Tensor:
+    """Anchors as embeddings: tensors and nested lists as they are, sentences through a sentence encoder."""
+    if isinstance(anchors, Tensor):
+        return anchors
+    if anchors and all(isinstance(a, str) for a in anchors):
+        if not isinstance(embedder, SentenceEmbedder):
+            raise ValueError("topic_anchors as sentences need a SentenceEmbedder (embedder=...); pass embeddings "
+                             "otherwise")
+        return embedder.embed_texts([str(a) for a in anchors])
+    return torch.tensor(anchors, dtype=torch.float32)
 
 
 __all__ = ["InfluenceProbe", "MixingDiagnostics", "RectangleTest", "SemanticDrift", "TrapDetector"]

