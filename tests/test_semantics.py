@@ -169,3 +169,28 @@ def test_hidden_state_and_sentence_embedders(antiberty):
     sentences = SentenceEmbedder(Words())(torch.tensor([[0], [1], [2]]))
     similarity = sentences @ sentences.T
     assert similarity[0, 1] > 0.5 > similarity[0, 2]
+
+
+def test_chain_monitor_on_plain_tokens_with_phases_and_masked_positions():
+    logged = []
+
+    class ListLogger:
+        def log_metrics(self, metrics, step):
+            logged.append((step, metrics))
+
+    monitor = ChainMonitor(FunctionEmbedder(one_hot_mean), every=1, traps=TrapTracker(radius=0.5, dwell=2),
+                           loggers=[ListLogger()])
+    x = torch.full((2, 6), 7)  # all "masked" (id 7)
+    monitor.start(x, step=0, phase="decode")
+    for k in range(3):
+        x = x.clone()
+        x[:, k] = k  # unmask one position per step
+        monitor.observe(x, step=k + 1, masked=x == 7)
+    assert logged[-1][0] == 3 and logged[-1][1]["chains/decode/hamming_to_start"] == 3.0
+    monitor.start(x, step=3, phase="refine")  # drift, projections and traps restart from here
+    monitor.observe(x, step=4)
+    assert logged[-1][1]["chains/refine/drift_mean"] == pytest.approx(0.0, abs=1e-6)
+    assert logged[-1][1]["chains/refine/hamming_to_start"] == 0.0
+    assert len(monitor.projections["drift"]) == 1
+    with pytest.raises(ValueError, match="step is required"):
+        monitor.observe(x)

@@ -1,5 +1,14 @@
 """torchmetrics aggregates over :mod:`mlm_dynamics.diagnostics`, with DDP-correct reductions."""
 
-from .aggregates import ChainConvergence, DobrushinCoefficient, DwellTime, MeetingTimeMetric, RectanglePrevalence
+from .aggregates import (
+    ChainConvergence,
+    DecodingQuality,
+    DobrushinCoefficient,
+    DwellTime,
+    EffectiveTemperature,
+    MeetingTimeMetric,
+    RectanglePrevalence,
+)
 
-__all__ = ["ChainConvergence", "DobrushinCoefficient", "DwellTime", "MeetingTimeMetric", "RectanglePrevalence"]
+__all__ = ["ChainConvergence", "DecodingQuality", "DobrushinCoefficient", "DwellTime", "EffectiveTemperature",
+           "MeetingTimeMetric", "RectanglePrevalence"]

@@ -18,9 +18,16 @@ from torchmetrics import Metric
 from torchmetrics.utilities import dim_zero_cat
 
 from ..diagnostics.convergence import ess, rhat
+from ..diagnostics.decoding import (
+    TEMPERATURE_GRID,
+    DecodingSummary,
+    effective_temperature_from,
+    surprisal_statistics,
+)
 from ..diagnostics.meeting import MeetingTimes
 from ..diagnostics.quantiles import DEFAULT_LEVELS, check_levels, quantile_summary
 from ..diagnostics.rectangle import RectangleReport
+from ..sampling.categorical import check_temperature
 
 
 class MeetingTimeMetric(Metric):
@@ -146,3 +153,58 @@ class ChainConvergence(Metric):
     def compute(self) -> dict[str, float]:
         draws = dim_zero_cat(self.draws)
         return {"rhat": float(rhat(draws)), "ess": float(ess(draws))}
+
+
+class DecodingQuality(Metric):
+    """Repetition and diversity of generated samples: :meth:`DecodingSummary.summary` of the pooled samples
+    (``repetition_n``, ``distinct_n``, ``longest_run_mean``, ``pairwise_hamming``, ``duplicate_rate``)."""
+
+    full_state_update = False
+    samples: list[Tensor]
+    ignore: list[Tensor]
+
+    def __init__(self, orders: Sequence[int] = (1, 2, 3), **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.orders = tuple(orders)
+        self.add_state("samples", default=[], dist_reduce_fx="cat")
+        self.add_state("ignore", default=[], dist_reduce_fx="cat")
+
+    def update(self, samples: Tensor, ignore: Tensor | None = None) -> None:
+        self.samples.append(samples.long())
+        self.ignore.append(torch.zeros_like(samples, dtype=torch.bool) if ignore is None else ignore.bool())
+
+    def compute(self) -> dict[str, float]:
+        return DecodingSummary(dim_zero_cat(self.samples), dim_zero_cat(self.ignore), self.orders).summary()
+
+
+class EffectiveTemperature(Metric):
+    """The temperature draws actually came from, against the intended one (:func:`effective_temperature`):
+    ``effective_temperature``, ``surprisal_mean``, ``entropy_mean``, ``surprisal_gap_z``. Sums only, so DDP pools."""
+
+    full_state_update = False
+    total: Tensor
+    squares: Tensor
+    expected: Tensor
+    count: Tensor
+
+    def __init__(self, temperature: float, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.temperature = check_temperature(temperature)
+        zero = torch.tensor(0.0, dtype=torch.float64)
+        self.add_state("total", default=zero.clone(), dist_reduce_fx="sum")
+        self.add_state("squares", default=zero.clone(), dist_reduce_fx="sum")
+        self.add_state("expected", default=torch.zeros(len(TEMPERATURE_GRID), dtype=torch.float64),
+                       dist_reduce_fx="sum")
+        self.add_state("count", default=zero.clone(), dist_reduce_fx="sum")
+
+    def update(self, logits: Tensor, draws: Tensor) -> None:
+        """``logits [N, V]`` (tau = 1) of the rows the sampler drew ``draws [N]`` from."""
+        total, squares, expected = surprisal_statistics(logits, draws, self.temperature)
+        self.total += total.to(self.total.device)
+        self.squares += squares.to(self.squares.device)
+        self.expected += expected.to(self.expected.device)
+        self.count += len(draws)
+
+    def compute(self) -> dict[str, float]:
+        return effective_temperature_from(self.total.cpu(), self.squares.cpu(), self.expected.cpu(), int(self.count),
+                                          self.temperature)

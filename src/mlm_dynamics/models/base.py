@@ -108,11 +108,12 @@ class Denoiser(nn.Module, abc.ABC):
         frame = torch.tensor(self.vocab.frame_ids, dtype=tokens.dtype, device=tokens.device)
         return ~torch.isin(tokens, frame)
 
-    def padded_sites(self, tokens: Tensor) -> tuple[Tensor, Tensor]:
-        """``(sites [B, n_max], counts [B])``: each row's non-frame positions first (in order), padded by repeating
-        its last one; for rows of different lengths (padded batches), to pass as ``sites=``, ``num_sites=``."""
+    def padded_sites(self, tokens: Tensor, where: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """``(sites [B, n_max], counts [B])``: each row's non-frame positions (restricted to ``where [B, L]`` if
+        given) first, in order, padded by repeating its last one; for rows of different lengths (padded batches),
+        to pass as ``sites=``, ``num_sites=``."""
         self._validate_tokens(tokens)
-        free = self.free_mask(tokens)
+        free = self.free_mask(tokens) if where is None else self.free_mask(tokens) & where.to(tokens.device)
         counts = free.sum(1)
         if (counts == 0).any():
             raise ValueError("tokens: a row has no resampleable position (every token is a frame token)")

@@ -1,6 +1,7 @@
 """Samplers: tempered categorical draws, batched Glauber chains (with optional MH correction) and coupled chains."""
 
 from .categorical import check_temperature, sample_categorical, tempered_log_probs
+from .corrector import GlauberCorrector
 from .coupling import (
                        CoupledGlauberChains,
                        CoupledState,
@@ -12,6 +13,6 @@ from .coupling import (
 from .energy import PseudoLogLikelihoodEnergy
 from .glauber import SCAN_ORDERS, ChainState, GlauberSampler, StepRecord
 
-__all__ = ["SCAN_ORDERS", "ChainState", "CoupledGlauberChains", "CoupledState", "GlauberSampler",
+__all__ = ["SCAN_ORDERS", "ChainState", "CoupledGlauberChains", "CoupledState", "GlauberCorrector", "GlauberSampler",
            "PseudoLogLikelihoodEnergy", "StepRecord", "check_temperature", "lagged_meeting_times", "maximal_coupling",
            "meeting_times", "randomize_sites", "sample_categorical", "tempered_log_probs"]

@@ -7,6 +7,15 @@ Use it in a plain sampling loop::
     for record in sampler.run(state, 1000):
         monitor.observe(state)            # embeds and logs only every 20 steps
 
+or in any decoding loop, on plain token tensors (inside a LightningModule's ``predict_step`` too, with
+``loggers=trainer.loggers``)::
+
+    monitor.start(x, step=0, phase="decode")
+    for k in range(steps):
+        x = denoise(x)
+        monitor.observe(x, step=k + 1, masked=x == mask_id)   # still-masked positions count as unchanged
+    monitor.start(x, step=steps, phase="refine")              # drift, R-hat and traps restart, keys refine/...
+
 The Lightning callbacks in :mod:`mlm_dynamics.callbacks` drive the same class.
 """
 
@@ -57,28 +66,42 @@ class ChainMonitor:
         self.start_tokens: Tensor | None = None
         self.history: list[dict] = []
         self.projections: dict[str, list[Tensor]] = {"drift": [], "hamming": []}
+        self.phase: str | None = None
 
-    def start(self, state: ChainState) -> None:
-        self.start_tokens = state.tokens.clone()
-        self.drift.start(state.tokens, step=state.step)
+    def start(self, state: ChainState | Tensor, *, step: int | None = None, phase: str | None = None) -> None:
+        """Take ``state`` (chains, or tokens ``[B, L]`` at ``step``) as the start: drift, the convergence
+        projections and traps are measured from here; with ``phase``, metric names get ``{phase}/``."""
+        tokens, step = _tokens_and_step(state, step)
+        self.start_tokens, self.phase = tokens.clone(), phase
+        self.drift.start(tokens, step=step)
+        self.projections = {"drift": [], "hamming": []}
+        if self.traps is not None and self.traps.anchor is not None:
+            self.traps = self.traps.fresh()
 
     @torch.no_grad()
-    def observe(self, state: ChainState) -> dict[str, float] | None:
-        """Update at ``state.step`` if due; returns the logged scalars (``None`` when not due)."""
+    def observe(self, state: ChainState | Tensor, *, step: int | None = None,
+                masked: Tensor | None = None) -> dict[str, float] | None:
+        """Update at the state's step (or ``step`` for plain tokens) if due; ``masked [B, L]`` marks positions still
+        masked (left out of the Hamming distance and of margins). Returns the logged scalars (``None`` if not due)."""
         if self.start_tokens is None:
             raise RuntimeError("call start(state) before observe")
-        drift = self.drift.observe(state.step, state.tokens)
+        tokens, step = _tokens_and_step(state, step)
+        sites = state.sites if isinstance(state, ChainState) else None
+        drift = self.drift.observe(step, tokens)
         if drift is None:
             return None
-        p = self.prefix
+        p = self.prefix if self.phase is None else f"{self.prefix}{self.phase}/"
         embeddings, hit_at = self.drift.latest_embeddings, self.drift.hit_at
         assert embeddings is not None and hit_at is not None  # set by every due observation
-        hamming = (state.tokens != self.start_tokens).sum(1).double()
+        differs = tokens != self.start_tokens
+        if masked is not None:
+            differs &= ~masked.to(differs.device)
+        hamming = differs.sum(1).double()
         metrics = {f"{p}drift_mean": float(drift.mean()), f"{p}drift_max": float(drift.max()),
                    f"{p}hamming_to_start": float(hamming.mean())}
         self.projections["drift"].append(drift.double().cpu())
         self.projections["hamming"].append(hamming.cpu())
-        if len(self.projections["drift"]) >= 4 and state.tokens.shape[0] > 1:
+        if len(self.projections["drift"]) >= 4 and tokens.shape[0] > 1:
             for name, values in self.projections.items():
                 draws = torch.stack(values, 1)  # [B, observations]
                 metrics[f"{p}rhat_{name}"] = float(rhat(draws))
@@ -87,11 +110,13 @@ class ChainMonitor:
             metrics[f"{p}hit_fraction_d{threshold:g}"] = float((hit >= 0).float().mean())
         margin = None
         if self.margin_denoiser is not None:
-            margins = local_margins(self.margin_denoiser, state.tokens, sites=state.sites)
+            if sites is None:
+                sites, _ = self.margin_denoiser.padded_sites(tokens)
+            margins = local_margins(self.margin_denoiser, tokens, sites=sites)
             margin = margins.margin.nanmean(1)
             metrics.update({f"{p}{k}": v for k, v in margins.summary(self.temperature).items()})
         if self.traps is not None:
-            trapped = self.traps.observe(state.step, embeddings, state.tokens, margin)
+            trapped = self.traps.observe(step, embeddings, tokens, margin)
             metrics[f"{p}trap_rate"] = float(trapped.float().mean())
             metrics[f"{p}num_basins"] = float(len(self.traps.basin_visits))
             metrics[f"{p}recurrent_basins"] = float(len(self.traps.recurrent_basins))
@@ -102,22 +127,32 @@ class ChainMonitor:
             self.topics.observe(embeddings)
             for name, fraction in self.topics.fractions().items():
                 metrics[f"{p}topic/{name}"] = fraction
-        self.history.append({"step": state.step, **metrics})
+        self.history.append({"step": step, **metrics})
         for logger in self.loggers:
-            logger.log_metrics(metrics, step=state.step)
+            logger.log_metrics(metrics, step=step)
         return metrics
 
     def state_dict(self) -> dict:
-        return {"start_tokens": self.start_tokens, "drift": self.drift.state_dict(), "history": list(self.history),
+        return {"start_tokens": self.start_tokens, "phase": self.phase, "drift": self.drift.state_dict(),
+                "history": list(self.history),
                 "projections": {k: list(v) for k, v in self.projections.items()},
                 "traps": None if self.traps is None else self.traps.state_dict(),
                 "topics": None if self.topics is None else self.topics.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         self.start_tokens, self.history = state["start_tokens"], list(state["history"])
+        self.phase = state.get("phase")
         self.projections = {k: list(v) for k, v in state["projections"].items()}
         self.drift.load_state_dict(state["drift"])
         if self.traps is not None and state["traps"] is not None:
             self.traps.load_state_dict(state["traps"])
         if self.topics is not None and state["topics"] is not None:
             self.topics.load_state_dict(state["topics"])
+
+
+def _tokens_and_step(state: ChainState | Tensor, step: int | None) -> tuple[Tensor, int]:
+    if isinstance(state, ChainState):
+        return state.tokens, state.step if step is None else step
+    if step is None:
+        raise ValueError("step is required when observing plain token tensors")
+    return state, step

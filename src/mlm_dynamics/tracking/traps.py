@@ -56,6 +56,11 @@ class TrapTracker:
         self.basin_visits: list[int] = []
         self.now = 0
 
+    def fresh(self) -> TrapTracker:
+        """A new tracker with the same options (for a new phase of a decoding loop)."""
+        return TrapTracker(radius=self.radius, dwell=self.dwell, hamming_radius=self.hamming_radius,
+                           basin_radius=self.basin_radius)
+
     def observe(self, step: int, embeddings: Tensor, tokens: Tensor | None = None,
                 margin: Tensor | None = None) -> Tensor:
         """Update with states at ``step``; returns ``[B]`` True for trapped chains."""
