@@ -39,10 +39,11 @@ def test_commit_tracker_counts_commits_overwrites_and_remasks():
     tracker.update(torch.tensor([[4, 9, 9]]), torch.tensor([[False, True, True]]))  # commit position 0
     tracker.update(torch.tensor([[5, 6, 9]]), torch.tensor([[False, False, True]]))  # overwrite 0, commit 1
     tracker.update(torch.tensor([[5, 9, 7]]), torch.tensor([[False, True, False]]))  # remask 1, commit 2
-    tracker.update(torch.tensor([[5, 8, 7]]), torch.tensor([[False, False, False]]))  # recommit 1 (not overwrite)
+    tracker.update(torch.tensor([[5, 8, 7]]), torch.tensor([[False, False, False]]))  # 1 unmasked to 8: overwritten
+    tracker.update(torch.tensor([[5, 8, 7]]), torch.tensor([[False, False, False]]))  # nothing changes
     out = tracker.summary()
-    assert (out["commits"], out["overwrites"], out["remasks"]) == (4.0, 1.0, 1.0)
-    assert out["overwrite_rate"] == pytest.approx(1 / 4) and out["overwritten_fraction"] == pytest.approx(1 / 3)
+    assert (out["commits"], out["overwrites"], out["remasks"]) == (3.0, 2.0, 1.0)
+    assert out["overwrite_rate"] == pytest.approx(2 / 3) and out["overwritten_fraction"] == pytest.approx(2 / 3)
 
 
 def test_effective_temperature_recovers_the_law_the_draws_came_from():

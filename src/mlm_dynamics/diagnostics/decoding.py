@@ -9,7 +9,8 @@ positions from the n-gram counts.
 - diversity across samples: distinct-n over all samples pooled, the mean pairwise Hamming distance (as a fraction of
   the length) and the duplicate-sample rate (samples equal to an earlier one);
 - commits and overwrites (:class:`CommitTracker`): a position is committed when it is first unmasked; an overwrite
-  is a later change of a committed token (the "answer that appears and is overwritten" symptom);
+  is a later change of its committed token, directly or through remasking and unmasking to another token (the
+  "answer that appears and is overwritten" symptom); a remask is a visible position masked again;
 - effective temperature (:func:`effective_temperature`): draws ``z_r`` from rows with logits ``l_r`` at intended
   temperature ``tau`` have mean surprisal ``-log p_r(z_r)`` equal to the mean entropy of ``p_r = softmax(l_r / tau)``
   when the sampler is exact; ``tau_eff`` is the temperature ``t`` whose law ``softmax(l / t)`` has that mean
@@ -109,7 +110,8 @@ class CommitTracker:
     Call :meth:`update` with the tokens ``[B, L]`` and the still-masked positions ``[B, L]`` after every step.
     """
 
-    committed: Tensor | None = None  # [B, L] token committed at each position (-1: never)
+    committed: Tensor | None = None  # [B, L] latest token committed at each position (-1: never)
+    visible: Tensor | None = None  # [B, L] unmasked at the previous update
     commits: int = 0
     overwrites: int = 0
     remasks: int = 0
@@ -119,18 +121,20 @@ class CommitTracker:
 
     def update(self, tokens: Tensor, masked: Tensor) -> None:
         tokens, masked = tokens.cpu(), masked.cpu()
-        if self.committed is None or self.overwritten is None:
+        if self.committed is None or self.overwritten is None or self.visible is None:
             self.committed = torch.full_like(tokens, -1)
             self.overwritten = torch.zeros_like(masked)
+            self.visible = torch.zeros_like(masked)
         visible = ~masked
         first = visible & (self.committed < 0)
         changed = visible & (self.committed >= 0) & (tokens != self.committed)
-        remasked = masked & (self.committed >= 0)
+        remasked = masked & self.visible
         step = (int(first.sum()), int(changed.sum()), int(remasked.sum()))
         self.commits, self.overwrites, self.remasks = (self.commits + step[0], self.overwrites + step[1],
                                                        self.remasks + step[2])
         self.overwritten |= changed
-        self.committed = torch.where(visible, tokens, torch.where(remasked, -1, self.committed))
+        self.committed = torch.where(visible, tokens, self.committed)
+        self.visible = visible
         self.steps += 1
         self.history.append(step)
 
