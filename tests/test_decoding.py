@@ -90,3 +90,36 @@ def test_glauber_corrector_touches_only_unmasked_positions_and_follows_the_chain
     from helpers import chi_square_pvalue
 
     assert chi_square_pvalue(out, law, 3) > 1e-3
+
+
+def test_chain_monitor_inside_a_lightning_predict_loop(tmp_path):
+    """A module's predict_step runs a decoding loop and observes it; metrics go to the trainer's CSV logger."""
+    import csv
+
+    import lightning as L
+    from lightning.pytorch.loggers import CSVLogger
+    from torch.utils.data import DataLoader
+
+    from mlm_dynamics.embedders import FunctionEmbedder
+    from mlm_dynamics.tracking import ChainMonitor
+
+    class Decoder(L.LightningModule):
+        def predict_step(self, batch, batch_idx):
+            monitor = ChainMonitor(FunctionEmbedder(lambda t: torch.nn.functional.one_hot(t, 8).float().mean(1)),
+                                   every=1, loggers=self.trainer.loggers, prefix="predict/")
+            x = torch.full_like(batch, 7)
+            monitor.start(x, step=0, phase="decode")
+            for k in range(batch.shape[1]):
+                x = x.clone()
+                x[:, k] = batch[:, k]
+                monitor.observe(x, step=k + 1, masked=x == 7)
+            return x
+
+    logger = CSVLogger(tmp_path, name="csv")
+    trainer = L.Trainer(logger=logger, enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")
+    out = trainer.predict(Decoder(), DataLoader(torch.randint(7, (4, 5)), batch_size=4))
+    logger.save()
+    assert out[0].shape == (4, 5) and (out[0] != 7).all()
+    with open(tmp_path / "csv" / "version_0" / "metrics.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [float(r["predict/decode/hamming_to_start"]) for r in rows] == [1.0, 2.0, 3.0, 4.0, 5.0]
