@@ -74,3 +74,36 @@ def test_adaptive_ladder_moves_only_inner_temperatures_during_burn_in(ising):
     assert torch.equal(exchange.ladder, adapted)  # frozen after adapt_steps
     assert adapted[0] == pytest.approx(0.3) and adapted[-1] == pytest.approx(4.0)
     assert bool((adapted.diff() > 0).all()) and adapted[1] != pytest.approx(0.4)
+
+
+def one_hot_mean(tokens):
+    return torch.nn.functional.one_hot(tokens, 2).float().mean(1)
+
+
+@pytest.mark.parametrize("kind", ["bump", "block", "restart"])
+def test_trapped_chains_get_interventions_that_are_logged_with_their_outcome(kind):
+    from mlm_dynamics import GlauberSampler
+    from mlm_dynamics.embedders import FunctionEmbedder
+    from mlm_dynamics.tracking import ChainMonitor, TrapIntervention, TrapTracker
+
+    ising = PairwiseMRFDenoiser.ising_chain(8, coupling=1.5)
+    sampler = GlauberSampler(ising, 0.3)  # strongly coupled and cold: the all-zero start is a trap
+    state = sampler.init_state(torch.zeros(6, 8, dtype=torch.long), seed=0)
+    monitor = ChainMonitor(FunctionEmbedder(one_hot_mean), every=5, traps=TrapTracker(radius=0.02, dwell=10),
+                           margin_denoiser=ising, temperature=0.3)
+    monitor.start(state)
+    intervention = TrapIntervention(monitor, sampler, kind, duration=15, factor=20.0, block=6)
+    for _ in range(200):
+        intervention.before_step(state)
+        sampler.step(state)
+        if monitor.observe(state) is not None:
+            intervention.after_observe(state)
+    summary = intervention.summary()
+    assert summary["interventions"] >= 6  # every chain was trapped at least once
+    assert summary["escaped_fraction"] > 0.3, summary
+    assert all(e.kind == kind and (e.escaped_at is None or e.escaped_at > e.step) for e in intervention.events)
+    if kind == "bump":  # bumps expire: the chains are back at their own temperature once none is bumped
+        bumped = intervention.bumped_until
+        assert bumped is not None
+        idle = bumped < 0
+        assert torch.equal(sampler.temperature[idle], torch.full((int(idle.sum()),), 0.3, dtype=torch.float64))
