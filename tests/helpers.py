@@ -48,7 +48,7 @@ def modules_of_test_extra() -> list[str]:
                   if any(d.lower().replace("_", "-") in only for d in dists) and module.isidentifier())
 
 
-def _potts_tokens(num: int = 64, length: int = 10, seed: int = 0) -> torch.Tensor:
+def potts_corpus(num: int = 64, length: int = 10, seed: int = 0) -> torch.Tensor:
     """Sequences [CLS] x [SEP] of a Potts chain on content ids 4..9 (structure to learn)."""
     from mlm_dynamics import GlauberSampler, PairwiseMRFDenoiser
 
@@ -78,6 +78,6 @@ def tiny_lightning_classes():
             self.batch_size = batch_size
 
         def train_dataloader(self) -> DataLoader:
-            return DataLoader(_potts_tokens(), batch_size=self.batch_size, shuffle=True)
+            return DataLoader(potts_corpus(), batch_size=self.batch_size, shuffle=True)
 
     return TinyDenoiser, PottsData

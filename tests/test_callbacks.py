@@ -6,22 +6,11 @@ import torch
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger, WandbLogger
 from torch.utils.data import DataLoader
 
+from helpers import potts_corpus
 from mlm_dynamics import GlauberSampler, PairwiseMRFDenoiser
 from mlm_dynamics.callbacks import InfluenceProbe, MixingDiagnostics, RectangleTest, SemanticDrift, TrapDetector
 from mlm_dynamics.sampling.coupling import CoupledGlauberChains, randomize_sites
 from mlm_dynamics.training import MaskedDenoiserModule, tiny_bert_denoiser
-
-
-def corpus(num=64, length=10, seed=0):
-    """Sequences [CLS] x [SEP] of a Potts chain on content ids 4..9 (structure to learn)."""
-    potts = PairwiseMRFDenoiser.potts_chain(length, 6, coupling=1.5)
-    sampler = GlauberSampler(potts, 1.0)
-    state = sampler.init_state(torch.randint(6, (num, length), generator=torch.Generator().manual_seed(seed)),
-                               seed=seed)
-    for _ in sampler.run(state, 200):
-        pass
-    body = state.tokens + 4
-    return torch.cat([torch.ones(num, 1, dtype=torch.long), body, torch.full((num, 1), 2)], 1)
 
 
 def tensorboard_tags(path):
@@ -49,7 +38,7 @@ def callbacks():
 
 def fit(tmp_path, max_steps, ckpt_path=None, cbs=None):
     module = MaskedDenoiserModule(tiny_bert_denoiser(), lr=3e-3)
-    data = corpus()
+    data = potts_corpus()
     cbs = cbs or callbacks()
     loggers = [CSVLogger(tmp_path, name="csv"), WandbLogger(save_dir=str(tmp_path), offline=True, project="t"),
                TensorBoardLogger(tmp_path, name="tb")]

@@ -246,10 +246,7 @@ class RunConfig:
 
     def validate(self) -> None:
         """Range checks of every section (types were checked on loading); raises :class:`ConfigError`."""
-        for section in dataclasses.fields(self):
-            value = getattr(self, section.name)
-            if hasattr(value, "validate"):
-                value.validate(section.name)
+        validate_sections(self)
         if self.influence.enabled:
             require(self.influence.num_contexts <= self.chains.num_chains, "influence.num_contexts",
                     f"be <= chains.num_chains ({self.chains.num_chains})", self.influence.num_contexts)
@@ -262,6 +259,14 @@ class RunConfig:
         data = to_dict(self)
         return {key: data[key] for key in ("model", "chains", "sampler", "semantics")} | {
             "record_every": self.run.record_every}
+
+
+def validate_sections(config: Any) -> None:
+    """``section.validate(name)`` for every field of a job config that has one (keys in errors are ``name.key``)."""
+    for section in dataclasses.fields(config):
+        value = getattr(config, section.name)
+        if hasattr(value, "validate"):
+            value.validate(section.name)
 
 
 ConfigT = TypeVar("ConfigT")

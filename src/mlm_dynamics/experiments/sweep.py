@@ -41,7 +41,7 @@ from ..sampling.coupling import CoupledGlauberChains, CoupledState, lagged_meeti
 from ..sampling.glauber import ChainState, GlauberSampler
 from .checkpoint import RunInterrupted, fingerprint, load_checkpoint, save_checkpoint
 from .common import build_model, start_tokens
-from .config import MODEL_SOURCES, ConfigError, ModelConfig, check_device, require, to_dict
+from .config import MODEL_SOURCES, ConfigError, ModelConfig, check_device, require, to_dict, validate_sections
 
 START_KINDS = ("natural-random", "random-random")
 TOY_SOURCES = ("ising", "potts")
@@ -176,8 +176,7 @@ class SweepConfig:
     bootstrap: int = 200
 
     def validate(self) -> None:
-        for name in ("model", "grid", "context", "drift", "lag", "influence"):
-            getattr(self, name).validate(name)
+        validate_sections(self)
         require(self.checkpoint_every is None or self.checkpoint_every >= 1, "checkpoint_every", "be >= 1 or null",
                 self.checkpoint_every)
         require(self.bootstrap >= 1, "bootstrap", "be >= 1", self.bootstrap)
