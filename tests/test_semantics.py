@@ -15,7 +15,7 @@ from mlm_dynamics.metrics import (
     MeetingTimeMetric,
     RectanglePrevalence,
 )
-from mlm_dynamics.tracking.drift import DriftTracker
+from mlm_dynamics.tracking.drift import DriftTracker, random_fill_distance
 from mlm_dynamics.tracking.monitor import ChainMonitor
 from mlm_dynamics.tracking.traps import TopicAttraction, TrapTracker
 
@@ -40,6 +40,24 @@ def test_drift_and_hitting_times_follow_the_definition():
     assert high.times.tolist() == [4, 4] and not high.censored.any()
     with pytest.raises(ValueError, match="thresholds"):
         DriftTracker(embed, thresholds=(3.0,))
+
+
+def test_random_fill_distance_changes_only_the_sites():
+    model = PairwiseMRFDenoiser.potts_chain(3, 4, 1.0)
+    tokens = torch.zeros(4, 3, dtype=torch.long)
+    sites = torch.zeros(4, 1, dtype=torch.long)
+    generator = torch.Generator().manual_seed(0)
+
+    def site(position):
+        return FunctionEmbedder(lambda t: F.one_hot(t[:, position], 4).float())
+
+    # An embedder blind to the site sees no change at all.
+    assert random_fill_distance(site(1), model, tokens, sites, samples=8, generator=generator) == 0.0
+    # One-hot of the site: distance 1 unless the uniform draw (4 states) repeats the start, P = 1/4. The median of
+    # 4 x 64 draws is 0 only if >= 128 of them repeat it: Binomial(256, 1/4) has mean 64, sd 6.9, so that is 9 sd out.
+    assert random_fill_distance(site(0), model, tokens, sites, samples=64, generator=generator) == 1.0
+    with pytest.raises(ValueError, match="samples"):
+        random_fill_distance(site(0), model, tokens, sites, samples=0, generator=generator)
 
 
 def test_n_log_n_fit_recovers_the_constant():

@@ -25,6 +25,7 @@ from ..models.huggingface import MaskedLMDenoiser
 from ..sampling.coupling import CoupledGlauberChains, randomize_sites, resampled_mask
 from ..sampling.energy import PseudoLogLikelihoodEnergy
 from ..sampling.glauber import ChainState, GlauberSampler
+from ..tracking.drift import random_fill_distance
 from ..tracking.monitor import ChainMonitor
 from ..tracking.traps import TrapEvent, TrapTracker
 from .checkpoint import RunInterrupted, fingerprint, load_checkpoint, save_checkpoint
@@ -255,24 +256,23 @@ class _Semantics:
             raise ConfigError("semantics needs a masked LM's hidden states; set semantics.enabled=false")
         spec = config.semantics
         mask = resampled_mask(state)
-        embedder = HiddenStateEmbedder(denoiser)
+        hidden = HiddenStateEmbedder(denoiser)
+
+        def embedder(tokens: Tensor) -> Tensor:
+            return hidden(tokens, mask)
+
         start = state.tokens.clone()
         generator = torch.Generator(device=start.device).manual_seed(config.chains.seed + 2)
-        reference = embedder(start, mask)
-        allowed = denoiser.vocab.allowed_mask(start.device).nonzero().squeeze(1)
-        samples = []
-        for _ in range(spec.reference_samples):
-            filled = torch.where(mask, allowed[torch.randint(len(allowed), start.shape, generator=generator,
-                                                             device=start.device)], start)
-            samples.append(cosine_distance(embedder(filled, mask), reference))
-        self.scale = float(torch.stack(samples).median())
-        self.monitor = ChainMonitor(lambda tokens: embedder(tokens, mask), every=spec.every,
+        self.scale = random_fill_distance(embedder, denoiser, start, state.sites, samples=spec.reference_samples,
+                                          generator=generator)
+        self.monitor = ChainMonitor(embedder, every=spec.every,
                                     thresholds=[t * self.scale for t in spec.thresholds],
                                     traps=TrapTracker(radius=spec.trap_radius * self.scale, dwell=spec.dwell,
                                                       basin_radius=spec.basin_radius * self.scale),
                                     temperature=config.sampler.temperature, prefix="")
         self.monitor.start(state)
-        self.embeddings: list[Tensor] = [reference.cpu()]
+        assert self.monitor.drift.reference is not None  # set by start
+        self.embeddings: list[Tensor] = [self.monitor.drift.reference.cpu()]
         self.basins: list[Tensor] = [torch.full((start.shape[0],), -1)]
         self.steps: list[int] = [state.step]
 

@@ -17,6 +17,8 @@ from torch import Tensor
 
 from ..diagnostics.meeting import HittingTimes
 from ..embedders.base import Embedder, cosine_distance
+from ..models.base import Denoiser
+from ..sampling.coupling import randomize_sites
 
 
 def check_drift_options(*, thresholds: Sequence[float], every: int) -> None:
@@ -25,6 +27,23 @@ def check_drift_options(*, thresholds: Sequence[float], every: int) -> None:
         raise ValueError(f"every must be >= 1, got {every}")
     if not thresholds or any(not 0 < t <= 2 for t in thresholds):
         raise ValueError(f"thresholds must be cosine distances in (0, 2], got {list(thresholds)}")
+
+
+@torch.no_grad()
+def random_fill_distance(embedder: Embedder, denoiser: Denoiser, tokens: Tensor, sites: Tensor, *, samples: int,
+                         generator: torch.Generator) -> float:
+    """The drift of a chain that forgot its start: ``median_{b, s} (1 - cos(e(X^s_b), e(x_b)))`` over ``samples``
+    fillings ``X^s`` of ``tokens [B, L]`` with uniformly random allowed tokens at ``sites [B, n]``.
+
+    The embedder's own unit for drift thresholds and trap radii (so radii mean the same for any embedder).
+    Cost: ``samples + 1`` embedder calls on ``B`` rows.
+    """
+    if samples < 1:
+        raise ValueError(f"samples must be >= 1, got {samples}")
+    reference = embedder(tokens)
+    distances = [cosine_distance(embedder(randomize_sites(denoiser, tokens, sites, generator)), reference)
+                 for _ in range(samples)]
+    return float(torch.stack(distances).median())
 
 
 class DriftTracker:
