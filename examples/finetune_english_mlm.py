@@ -181,9 +181,15 @@ def export(checkpoint: Path, target: Path, summary: dict, per_genre: int = 256) 
     codec.tokenizer.save_pretrained(target)
     shipped, shipped_codec = MaskedLMDenoiser.from_pretrained(str(target))  # measure what ships: fp16 -> fp32
     evaluation = evaluate(shipped, shipped_codec, per_genre)
-    (target / "evaluation.json").write_text(json.dumps({"training": summary, **evaluation}, indent=2))
+    recipe = {k: summary.get("args", {}).get(k) for k in RECIPE}  # no local paths in what ships
+    training = {"best_step": summary.get("best_step"), "steps": summary.get("global_step"),
+                "best_val_accuracy_min": summary.get("accuracy_min"), "recipe": recipe}
+    (target / "evaluation.json").write_text(json.dumps({"training": training, **evaluation}, indent=2))
     (target / "README.md").write_text(model_card(summary, evaluation))
     return evaluation
+
+
+RECIPE = ("max_steps", "batch", "length", "lr", "warmup", "mask_rate", "genre_weights", "checkpoint_every", "seed")
 
 
 def evaluate(denoiser: MaskedLMDenoiser, codec: TextCodec, per_genre: int, length: int = 128) -> dict:

@@ -1,9 +1,12 @@
 """Glauber chains on an English masked LM with semantic drift, trap detection and topic attraction (no Trainer).
 
-    python examples/text_topic_traps.py --model PATH_OR_NAME --steps 400 --temperature 0.7
+    python examples/text_topic_traps.py --steps 400 --temperature 0.7          # the bundled English MLM
+    python examples/text_topic_traps.py --model PATH_OR_NAME                    # any Hugging Face masked LM
 
-``--model minilm`` uses the offline all-MiniLM-L6-v2 encoder with an untrained MLM head: it only shows the plumbing
-(the head is random), since no pretrained English MLM is bundled. Metrics go to a CSV logger under ``--out``.
+Chains start from neutral sentences of different lengths (one padded batch), are observed every ``--every`` steps in
+all-MiniLM-L6-v2 sentence space, and report how often they sit near political content versus control topics.
+Metrics go to a CSV logger under ``--out``. ``mlm-dynamics semantics`` is the full case study with base rates,
+bootstrap intervals and figures.
 """
 
 from __future__ import annotations
@@ -16,18 +19,15 @@ import yaml
 from lightning.pytorch.loggers import CSVLogger
 
 from mlm_dynamics import GlauberSampler, MaskedLMDenoiser
-from mlm_dynamics.embedders import SentenceEmbedder, default_sentence_model_path
+from mlm_dynamics.embedders import SentenceEmbedder
+from mlm_dynamics.experiments.semantics import NEUTRAL_STARTS
+from mlm_dynamics.models import load_english_mlm
 from mlm_dynamics.tracking import ChainMonitor, TopicAttraction, TrapTracker
-
-SEEDS = [
-    "the committee will meet next week to discuss the new proposal for the city park .",
-    "she opened the window and watched the rain fall over the quiet harbour town .",
-]
 
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="minilm", help="HF masked LM name or local dir; 'minilm' for the demo")
+    parser.add_argument("--model", default="english", help="'english' (bundled) or a HF masked LM name or local dir")
     parser.add_argument("--topics", type=Path, default=Path(__file__).parent.parent / "configs/topics-politics.yaml")
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--chains", type=int, default=4)
@@ -39,12 +39,11 @@ def main(argv: list[str] | None = None) -> dict:
     if args.smoke:
         args.steps, args.chains, args.every = 4, 2, 2
 
-    path = default_sentence_model_path() if args.model == "minilm" else args.model
-    denoiser, codec = MaskedLMDenoiser.from_pretrained(path)
-    encoded = [codec.encode(s) for s in SEEDS]
-    length = min(len(e) for e in encoded)
-    tokens = torch.tensor([[*encoded[c % len(encoded)][: length - 1], encoded[c % len(encoded)][-1]]
-                           for c in range(args.chains)])
+    denoiser, codec = load_english_mlm() if args.model == "english" else MaskedLMDenoiser.from_pretrained(args.model)
+    encoded = [codec.encode(NEUTRAL_STARTS[c % len(NEUTRAL_STARTS)]) for c in range(args.chains)]
+    length, pad = max(map(len, encoded)), codec.tokenizer.pad_token_id
+    tokens = torch.tensor([e + [pad] * (length - len(e)) for e in encoded])
+    sites, counts = denoiser.padded_sites(tokens)
     embedder = SentenceEmbedder(codec)
     spec = yaml.safe_load(args.topics.read_text())
     anchors = {name: embedder.embed_texts(sentences) for name, sentences in spec["topics"].items()}
@@ -52,7 +51,7 @@ def main(argv: list[str] | None = None) -> dict:
     monitor = ChainMonitor(embedder, every=args.every, traps=TrapTracker(radius=0.05, dwell=5 * args.every),
                            topics=TopicAttraction(anchors, threshold=spec["threshold"]), loggers=[logger])
     sampler = GlauberSampler(denoiser, args.temperature)
-    state = sampler.init_state(tokens, seed=0)
+    state = sampler.init_state(tokens, seed=0, sites=sites, num_sites=counts)
     monitor.start(state)
     for _ in sampler.run(state, args.steps):
         monitor.observe(state)
