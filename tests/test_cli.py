@@ -3,6 +3,7 @@ import json
 import pytest
 
 from mlm_dynamics.cli import main
+from mlm_dynamics.models.pretrained import EXAMPLE_ANTIBODIES
 
 
 def test_main_job_writes_a_complete_report(tmp_path, capsys):
@@ -13,18 +14,24 @@ def test_main_job_writes_a_complete_report(tmp_path, capsys):
                  "--set", "chains.temperatures=[1.0, 2.0]", "--set", "run.num_steps=6",
                  "--set", "run.record_every=3", "--set", "coupling.num_pairs=2", "--set", "coupling.max_steps=4",
                  "--set", "rectangle.pairs_per_context=1", "--set", "rectangle.num_tokens=2",
-                 "--set", "influence.max_sites=3", "--set", "influence.temperatures=[1.0]"])
+                 "--set", "influence.max_sites=3", "--set", "influence.temperatures=[1.0]",
+                 "--set", "chains.crop=16"])
     assert code == 0
     report = json.loads((out / "report.json").read_text())
     chains = report["chains"]
     assert chains["num_chains"] == 2 and chains["num_sites"] == 16 and chains["num_steps"] == 6
     assert 0 <= chains["hamming_to_start_mean"] <= 6
     assert sum(chains["site_change_counts"]) <= 12
-    assert all(len(s) == 122 for s in chains["final_sequences"])
+    # Cropped to 16 residues each side of the window [93, 109) of the 122-residue chain (13 remain after it); only
+    # the window may change.
+    natural = EXAMPLE_ANTIBODIES[0]
+    assert report["config"]["chains"]["crop"] == 16 and "chains.crop = 16" in report["notes"][0]
+    for sequence in chains["final_sequences"]:
+        assert len(sequence) == 45 and sequence[:16] == natural[77:93] and sequence[32:] == natural[109:]
     assert [len(t["meeting_times"]) for t in report["mixing"]["by_temperature"]] == [2] * 4  # per temperature
     assert report["rectangle"]["num_rectangles"] == 2
     assert set(report["margins"]) == {"start", "final"}
-    assert "dobrushin_tau1" in report["influence"] and report["influence"]["sites"] == [94, 95, 96]
+    assert "dobrushin_tau1" in report["influence"] and report["influence"]["sites"] == [17, 18, 19]
     lines = (out / "trajectory.csv").read_text().splitlines()
     assert lines[0] == "step,chain,hamming_to_start,sequence" and len(lines) == 1 + 2 * 2
     assert "rectangle test" in capsys.readouterr().out

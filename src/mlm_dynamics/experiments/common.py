@@ -42,6 +42,31 @@ def start_tokens(sequences: Sequence[str] | None, num_chains: int, codec: Codec)
     return torch.tensor([encoded[c % len(encoded)] for c in range(num_chains)])
 
 
+def crop_context(denoiser: Denoiser, tokens: Tensor, start: int, stop: int, crop: int, *, key: str
+                 ) -> tuple[Tensor, int, str]:
+    """Keep the frame tokens and the resampleable positions ``[start - crop, stop + crop)`` of ``tokens [B, L]``.
+
+    The rows must share one layout of resampleable positions. Returns the cropped tokens, the window's new start
+    among their resampleable positions, and a note for the report: cropping changes the conditionals, since the
+    model no longer sees the rest of the sequence and, with absolute position embeddings, sees the window at other
+    positions. ``key`` names the option in the note.
+    """
+    sites = denoiser.resampleable_sites(tokens)
+    if (sites != sites[:1]).any():
+        raise ConfigError(f"{key}: cropping needs start sequences with the same layout of resampleable positions")
+    all_sites = sites[0].tolist()
+    if not 0 <= start < stop <= len(all_sites):
+        raise ConfigError(f"{key}: the window [{start}, {stop}) must lie within the {len(all_sites)} resampleable "
+                          "positions of the start sequences")
+    low, high = max(start - crop, 0), min(stop + crop, len(all_sites))
+    kept, resampleable = all_sites[low:high], set(all_sites)
+    # Inside the kept span only its resampleable positions stay; outside it only the frame (special tokens).
+    keep = [p for p in range(tokens.shape[1]) if (p in resampleable) == (kept[0] <= p <= kept[-1])]
+    note = (f"context cropped to {len(kept)} of {len(all_sites)} resampleable positions around the window ({key} = "
+            f"{crop}); the rest of the sequence is dropped and the kept tokens move to new positions")
+    return tokens[:, keep], start - low, note
+
+
 def window_sites(denoiser: Denoiser, tokens: Tensor, window: Sequence[int] | None) -> Tensor:
     """The resampleable positions ``[B, n]``, restricted to the ``[start, stop)`` slice ``window`` of them."""
     sites = denoiser.resampleable_sites(tokens)

@@ -82,11 +82,14 @@ class ModelConfig:
 class ChainsConfig:
     """Start sequences (cycled over ``num_chains`` chains), the ``[start, stop)`` window of resampled sites, and
     optionally a temperature ladder: the chains split into equal blocks, one per temperature, all in one batch
-    (``null``: every chain at ``sampler.temperature``)."""
+    (``null``: every chain at ``sampler.temperature``). ``crop``: resampleable tokens of context kept on each side
+    of the window, or ``null`` for the whole sequence. Cropping makes forwards cheaper, but the model no longer sees
+    the rest and, with absolute position embeddings, sees the window at other positions."""
 
     sequences: list[str] | None = None
     num_chains: int = 8
     window: list[int] | None = None
+    crop: int | None = None
     seed: int = 0
     temperatures: list[float] | None = None
 
@@ -104,6 +107,9 @@ class ChainsConfig:
         if self.window is not None:
             require(len(self.window) == 2 and 0 <= self.window[0] < self.window[1], f"{key}.window",
                     "be [start, stop) with 0 <= start < stop", self.window)
+        if self.crop is not None:
+            require(self.crop >= 0, f"{key}.crop", "be >= 0 or null", self.crop)
+            require(self.window is not None, f"{key}.crop", "come with a chains.window to crop around", self.crop)
         require(self.seed >= 0, f"{key}.seed", "be >= 0", self.seed)
         if self.temperatures is not None:
             _positive_temperatures(f"{key}.temperatures", self.temperatures)

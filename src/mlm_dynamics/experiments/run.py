@@ -29,7 +29,7 @@ from ..tracking.drift import random_fill_distance
 from ..tracking.monitor import ChainMonitor
 from ..tracking.traps import TrapEvent, TrapTracker
 from .checkpoint import RunInterrupted, fingerprint, load_checkpoint, save_checkpoint
-from .common import Codec, build_model, start_tokens, window_sites
+from .common import Codec, build_model, crop_context, start_tokens, window_sites
 from .config import ConfigError, RunConfig, to_dict
 
 
@@ -96,6 +96,7 @@ class ChainRunResult:
     rectangle: RectangleReport | None = None
     margins: dict[str, LocalMargins] | None = None
     influence: InfluenceEstimate | None = None
+    notes: list[str] = field(default_factory=list)
 
 
 def run_chains(config: RunConfig, out_dir: Path | None = None, *, resume: bool = False) -> ChainRunResult:
@@ -112,7 +113,13 @@ def run_chains(config: RunConfig, out_dir: Path | None = None, *, resume: bool =
     denoiser, codec = build_model(config.model)
     load_seconds = time.perf_counter() - t0
     tokens = start_tokens(config.chains.sequences, config.chains.num_chains, codec).to(denoiser.device)
-    sites = window_sites(denoiser, tokens, config.chains.window)
+    window, notes = config.chains.window, []
+    if config.chains.crop is not None:
+        assert window is not None  # checked by validate
+        tokens, first, note = crop_context(denoiser, tokens, window[0], window[1], config.chains.crop,
+                                          key="chains.crop")
+        window, notes = [first, first + window[1] - window[0]], [note]
+    sites = window_sites(denoiser, tokens, window)
     temperatures = config.chains.per_chain_temperatures(config.sampler.temperature)
     ladder: float | Tensor = (torch.tensor(temperatures, dtype=torch.float64) if config.chains.temperatures
                               else config.sampler.temperature)
@@ -189,7 +196,7 @@ def run_chains(config: RunConfig, out_dir: Path | None = None, *, resume: bool =
         config=config, chains=chains, trajectory=progress["rows"],
         model={"vocab_size": denoiser.vocab.size, "parameters": sum(p.numel() for p in denoiser.parameters()),
                "load_seconds": round(load_seconds, 2)},
-        final_sequences=[codec.decode(t.tolist()) for t in state.tokens])
+        final_sequences=[codec.decode(t.tolist()) for t in state.tokens], notes=notes)
     if watch is not None:
         result.semantics = watch.result(temperatures)
     if config.coupling.enabled:

@@ -40,7 +40,7 @@ from ..models.toy import PairwiseMRFDenoiser
 from ..sampling.coupling import CoupledGlauberChains, CoupledState, lagged_meeting_times, resampled_mask
 from ..sampling.glauber import ChainState, GlauberSampler
 from .checkpoint import RunInterrupted, fingerprint, load_checkpoint, save_checkpoint
-from .common import build_model, start_tokens
+from .common import build_model, crop_context, start_tokens
 from .config import MODEL_SOURCES, ConfigError, ModelConfig, check_device, require, to_dict, validate_sections
 
 START_KINDS = ("natural-random", "random-random")
@@ -365,16 +365,10 @@ def _build_groups(config: SweepConfig, cells: list[tuple[float, int]]
     center = len(all_sites) // 2 if config.context.window_center is None else config.context.window_center
     first = min(max(center - largest // 2, 0), len(all_sites) - largest)
     if config.context.crop is not None:
-        low, high = max(first - config.context.crop, 0), min(first + largest + config.context.crop, len(all_sites))
-        keep_sites = all_sites[low:high]
-        frame = torch.tensor([p for p in range(natural.shape[1]) if p not in set(all_sites.tolist())],
-                             device=natural.device)
-        keep = torch.cat([frame[frame < keep_sites[0]], keep_sites, frame[frame > keep_sites[-1]]]).sort().values
-        notes.append(f"context cropped to {len(keep_sites)} of {len(all_sites)} resampleable positions around the "
-                     f"window (context.crop = {config.context.crop}); the rest of the sequence is dropped")
-        natural = natural[:, keep]
+        natural, first, note = crop_context(denoiser, natural, first, first + largest, config.context.crop,
+                                            key="context.crop")
+        notes.append(note)
         all_sites = denoiser.resampleable_sites(natural)[0]
-        first = min(max(first - low, 0), len(all_sites) - largest)
     window = all_sites[first:first + largest][None]
     group = _group(denoiser, natural, window, cells, config, generator)
     return [group], notes, (denoiser, natural, window[0])

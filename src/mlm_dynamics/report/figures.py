@@ -277,7 +277,7 @@ def drift_over_time(steps: Sequence[int], drift: Tensor, scale: float, temperatu
         axes.plot(steps, relative[:, chains].mean(1), color=color, lw=2.5, label=f"tau={tau:g}")
     axes.set_xlabel("step")
     axes.set_ylabel("drift / distance to random fillings")
-    axes.set_title("Drift of each chain in hidden-state space (pooled over the resampled sites)")
+    axes.set_title("Drift of each chain in hidden-state space (resampled sites)")
     axes.legend(fontsize=8)
     return figure
 

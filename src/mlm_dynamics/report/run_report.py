@@ -32,7 +32,8 @@ def run_report(result: ChainRunResult) -> dict[str, Any]:
     ``mixing`` scalars are those at the sampler's temperature, ``mixing.by_temperature`` has the whole ladder."""
     temperature = result.config.sampler.temperature
     report: dict[str, Any] = {"config": to_dict(result.config), "model": result.model,
-                              "chains": {**result.chains, "final_sequences": result.final_sequences}}
+                              "chains": {**result.chains, "final_sequences": result.final_sequences},
+                              "notes": result.notes}
     if result.semantics is not None:
         semantics = result.semantics
         report["semantics"] = {"scale": semantics.scale, **semantics.metrics,
@@ -112,7 +113,7 @@ def write_run_report(result: ChainRunResult, out_dir: Path) -> dict[str, Any]:
 def run_summary(result: ChainRunResult) -> str:
     """The lines the CLI prints."""
     chains = result.chains
-    lines = [
+    lines = [f"note: {note}" for note in result.notes] + [
         f"chains: {chains['num_chains']} x {chains['num_steps']} steps on {chains['num_sites']} sites "
         f"({chains['steps_per_second']} steps/s)",
         f"change rate per step: {chains['change_rate']:.3f}; mean log q(proposal): "
