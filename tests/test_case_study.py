@@ -65,3 +65,26 @@ def test_rectangle_table_controls_and_a_real_mlm(tmp_path):
     assert rows["incompatible"]["prevalence"] > 0.9
     assert rows["AntiBERTy"]["prevalence"] > 0.5 and rows["AntiBERTy"]["num_rectangles"] == 2 * 2 * 9
     assert (out / "table.csv").read_text().count("\n") == 4
+
+
+def test_landscape_draws_the_pca_projection_one_colour_and_legend_entry_per_group():
+    """The trajectories are the embeddings projected on their top-2 principal directions (up to sign per axis), chains
+    of a group share a colour, and only trapped states are scattered."""
+    from mlm_dynamics.report import figures
+
+    generator = torch.Generator().manual_seed(0)
+    embeddings = torch.randn(12, 5, generator=generator, dtype=torch.float64) * torch.tensor([5.0, 3.0, 1, 1, 1])
+    chain = torch.arange(3).repeat(4)
+    basin = torch.tensor([-1] * 9 + [0, 1, -1])
+    figure = figures.pca_landscape(embeddings, chain, basin, ["tau=0.5", "tau=0.5", "tau=2"])
+    axes = figure.axes[0]
+    lines = [line for line in axes.get_lines() if len(line.get_xdata())]
+    centred = embeddings - embeddings.mean(0)
+    _, _, v = torch.linalg.svd(centred, full_matrices=False)
+    for c, line in enumerate(lines):
+        drawn = torch.tensor(list(zip(line.get_xdata(), line.get_ydata(), strict=True)))
+        expected = centred[chain == c] @ v[:2].T
+        torch.testing.assert_close(drawn.abs(), expected.abs())
+    assert lines[0].get_color() == lines[1].get_color() != lines[2].get_color()
+    assert [t.get_text() for t in axes.get_legend().get_texts()] == ["tau=0.5", "tau=2"]
+    assert len(axes.collections[0].get_offsets()) == 2

@@ -202,27 +202,33 @@ def margin_distribution(margins: Mapping[str, LocalMargins]) -> Figure:
 
 
 def pca_landscape(embeddings: Tensor, chain: Tensor, basin: Tensor | None = None,
-                  labels: Sequence[str] = ()) -> Figure:
+                  groups: Sequence[str] = ()) -> Figure:
     """2-D PCA of embedding trajectories ``[N, D]`` (``chain [N]`` ids); trap states coloured by ``basin [N]``
-    (``-1``: not trapped). The semantic landscape of the chains."""
+    (``-1``: not trapped). ``groups[c]`` labels chain ``c`` (e.g. its temperature): one colour and one legend entry
+    per group. The semantic landscape of the chains."""
     centred = embeddings.double() - embeddings.double().mean(0)
-    _, _, basis = torch.pca_lowrank(centred, q=2, center=False)
-    points = (centred @ basis[:, :2]).numpy()
+    _, _, directions = torch.linalg.svd(centred, full_matrices=False)  # exact PCA: [N, D] with D in the hundreds
+    points = (centred @ directions[:2].T).numpy()
     figure = _figure()
     axes = figure.add_subplot()
-    for c in chain.unique().tolist():
+    ids = chain.unique().tolist()
+    names = [groups[c] if c < len(groups) else f"chain {c}" for c in ids]
+    distinct = list(dict.fromkeys(names))
+    palette = dict(zip(distinct, _colors(len(distinct)), strict=True))
+    for c, name in zip(ids, names, strict=True):
         rows = (chain == c).numpy()
-        axes.plot(points[rows, 0], points[rows, 1], "-", lw=0.6, alpha=0.5,
-                  label=labels[c] if c < len(labels) else f"chain {c}")
+        axes.plot(points[rows, 0], points[rows, 1], "-", lw=0.6, alpha=0.5, color=palette[name])
+    for name in distinct:
+        axes.plot([], [], "-", color=palette[name], label=name)
     if basin is not None and (basin >= 0).any():
         trapped = (basin >= 0).numpy()
         scatter = axes.scatter(points[trapped, 0], points[trapped, 1], c=basin[basin >= 0].numpy(), cmap="tab10",
-                               s=12, zorder=3)
+                               s=14, edgecolors="black", linewidths=0.3, zorder=3)
         figure.colorbar(scatter, ax=axes, label="basin")
     axes.set_xlabel("PC 1")
     axes.set_ylabel("PC 2")
     axes.set_title("Semantic landscape: embedding trajectories (points: trapped states)")
-    axes.legend(fontsize=7, loc="best")
+    axes.legend(fontsize=8, loc="best")
     return figure
 
 

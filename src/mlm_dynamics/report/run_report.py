@@ -67,9 +67,9 @@ def run_figures(result: ChainRunResult) -> dict[str, Figure]:
         semantics = result.semantics
         chains = semantics.embeddings.shape[1]
         chain_ids = torch.arange(chains).repeat(len(semantics.steps))
-        labels = [f"chain {c} (tau={t:g})" for c, t in enumerate(semantics.temperatures)]
+        groups = [f"tau={t:g}" for t in semantics.temperatures]
         out["landscape"] = figures.pca_landscape(semantics.embeddings.flatten(0, 1), chain_ids,
-                                                 semantics.basins.flatten(), labels)
+                                                 semantics.basins.flatten(), groups)
         out["drift"] = figures.drift_over_time(semantics.steps, semantics.drift, semantics.scale,
                                                semantics.temperatures)
     if result.coupling is not None:
@@ -124,10 +124,11 @@ def run_summary(result: ChainRunResult) -> str:
     ]
     if result.semantics is not None:
         for row in result.semantics.by_temperature():
+            traps = (f"{row['num_traps']:.0f} traps in {row['num_basins']:.0f} basins, trapped "
+                     f"{row['trapped_fraction']:.0%} of the time (median dwell {row['dwell_time_median']:.0f} steps)"
+                     if row["num_traps"] else "no traps")
             lines.append(f"semantics at tau={row['temperature']:g}: drift {row['drift_over_scale_final']:.2f} of the "
-                         f"distance to random fillings; {row['num_traps']:.0f} traps in {row['num_basins']:.0f} "
-                         f"basins, trapped {row['trapped_fraction']:.0%} of the time (median dwell "
-                         f"{row['dwell_time_median']:.0f} steps)")
+                         f"distance to random fillings; {traps}")
     if result.coupling is not None:
         coupling = result.coupling
         parts = []

@@ -29,13 +29,13 @@ def semantics_report(result: CaseStudyResult) -> dict[str, Any]:
 
 def semantics_figures(result: CaseStudyResult) -> dict[str, Figure]:
     chains = result.embeddings.shape[1]
-    labels = [f"chain {c} (tau={t:g})" for c, t in enumerate(result.temperatures)]
+    groups = [f"tau={t:g}" for t in result.temperatures]
     now = result.steps[-1]
     dwell = {tau: [float(e.dwell(now)) for e in result.events if result.temperatures[e.chain] == tau]
              for tau in sorted(set(result.temperatures))}
     return {"landscape": figures.pca_landscape(result.embeddings.flatten(0, 1),
                                                torch.arange(chains).repeat(len(result.steps)), result.basins.flatten(),
-                                               labels),
+                                               groups),
             "topics": figures.topic_fractions_over_time(result.steps, result.near, result.temperatures, result.topics,
                                                         result.base_rates),
             "dwell": figures.dwell_distribution(dwell)}
