@@ -1,6 +1,6 @@
 """A small absorbing-state masked diffusion model (MDLM-style) with the mixing diagnostics, and four samplers compared.
 
-    python examples/masked_diffusion_with_diagnostics.py --out runs/diffusion      # about 10 minutes on 2 CPU cores
+    python examples/masked_diffusion_with_diagnostics.py --out runs/diffusion      # about 20 minutes on 2 CPU cores
     python examples/masked_diffusion_with_diagnostics.py --smoke                    # seconds: the plumbing only
 
 Model: a time-conditioned transformer ``forward(x, sigma)`` returning log-probabilities with the mask token at
