@@ -31,7 +31,6 @@ from pathlib import Path
 import lightning as L
 import torch
 import torch.nn.functional as F
-import yaml
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from torch import Tensor
@@ -159,14 +158,12 @@ class EnglishMLM(L.LightningModule):
 
 
 def diagnostics(every: int, codec, topics_path: Path, budget: float) -> list[L.Callback]:
-    spec = yaml.safe_load(topics_path.read_text())
     embedder = SentenceEmbedder(codec)
-    anchors = {name: embedder.embed_texts(sentences) for name, sentences in spec["topics"].items()}
     common = dict(every_n_train_steps=every, on_validation_end=False, num_starts=2, budget_seconds=budget)
     return [MixingDiagnostics(max_steps=100, **common),
             RectangleTest(pairs_per_context=2, num_tokens=4, max_distance=8, **common),
             TrapDetector(embedder=embedder, steps_per_run=40, every=10, dwell=20, radius=0.05, codec=codec,
-                         topic_anchors=anchors, topic_threshold=spec["threshold"], **common)]
+                         topic_anchors=str(topics_path), **common)]  # sentences and threshold from the file
 
 
 def export(checkpoint: Path, target: Path, summary: dict, per_genre: int = 256) -> dict:

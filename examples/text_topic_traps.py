@@ -23,6 +23,7 @@ from mlm_dynamics.embedders import SentenceEmbedder
 from mlm_dynamics.experiments.semantics import NEUTRAL_STARTS
 from mlm_dynamics.models import load_english_mlm
 from mlm_dynamics.tracking import ChainMonitor, TopicAttraction, TrapTracker
+from mlm_dynamics.tracking.traps import load_topics
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -45,11 +46,12 @@ def main(argv: list[str] | None = None) -> dict:
     tokens = torch.tensor([e + [pad] * (length - len(e)) for e in encoded])
     sites, counts = denoiser.padded_sites(tokens)
     embedder = SentenceEmbedder(codec)
-    spec = yaml.safe_load(args.topics.read_text())
-    anchors = {name: embedder.embed_texts(sentences) for name, sentences in spec["topics"].items()}
+    sentences, threshold = load_topics(args.topics, key="--topics")
+    anchors = {name: embedder.embed_texts(texts) for name, texts in sentences.items()}
     logger = CSVLogger(args.out, name="metrics")
+    topics = TopicAttraction(anchors, threshold=0.5 if threshold is None else threshold)  # 0.5: the class default
     monitor = ChainMonitor(embedder, every=args.every, traps=TrapTracker(radius=0.05, dwell=5 * args.every),
-                           topics=TopicAttraction(anchors, threshold=spec["threshold"]), loggers=[logger])
+                           topics=topics, loggers=[logger])
     sampler = GlauberSampler(denoiser, args.temperature)
     state = sampler.init_state(tokens, seed=0, sites=sites, num_sites=counts)
     monitor.start(state)

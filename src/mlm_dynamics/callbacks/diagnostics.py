@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.loggers import WandbLogger
 from matplotlib.figure import Figure
@@ -36,7 +34,7 @@ from ..sampling.coupling import CoupledGlauberChains, lagged_meeting_times, rand
 from ..sampling.glauber import ChainState, GlauberSampler
 from ..tracking.drift import check_drift_options
 from ..tracking.monitor import ChainMonitor
-from ..tracking.traps import TopicAttraction, TrapTracker
+from ..tracking.traps import TopicAttraction, TrapTracker, load_topics
 from .base import DiagnosticCallback
 
 
@@ -287,11 +285,8 @@ class TrapDetector(_PersistentChains):
         self.new_tracker()  # validate now, not at the first run
         anchors: dict[str, Any] | None = None if isinstance(topic_anchors, str) else topic_anchors
         if isinstance(topic_anchors, str):
-            spec = yaml.safe_load(Path(topic_anchors).read_text()) if Path(topic_anchors).is_file() else None
-            if not isinstance(spec, dict) or not isinstance(spec.get("topics"), dict):
-                raise ValueError(f"topic_anchors: {topic_anchors!r} is not a YAML file with a 'topics' mapping")
-            anchors = spec["topics"]
-            topic_threshold = topic_threshold if topic_threshold is not None else spec.get("threshold")
+            anchors, file_threshold = load_topics(topic_anchors, key="topic_anchors")
+            topic_threshold = topic_threshold if topic_threshold is not None else file_threshold
         threshold = 0.5 if topic_threshold is None else topic_threshold
         if not -1 <= threshold <= 1:
             raise ValueError(f"topic_threshold must be a cosine similarity in [-1, 1], got {topic_threshold}")

@@ -17,7 +17,6 @@ from torch import Tensor
 from ..diagnostics.influence import InfluenceEstimate, estimate_influence
 from ..diagnostics.margins import LocalMargins, local_margins
 from ..diagnostics.meeting import MeetingTimes
-from ..diagnostics.quantiles import quantile_summary
 from ..diagnostics.rectangle import RectangleReport, sample_rectangles
 from ..embedders.base import HiddenStateEmbedder, cosine_distance
 from ..models.base import Denoiser
@@ -27,7 +26,7 @@ from ..sampling.energy import PseudoLogLikelihoodEnergy
 from ..sampling.glauber import ChainState, GlauberSampler
 from ..tracking.drift import random_fill_distance
 from ..tracking.monitor import ChainMonitor
-from ..tracking.traps import TrapEvent, TrapTracker
+from ..tracking.traps import TrapEvent, TrapTracker, trap_statistics
 from .checkpoint import RunInterrupted, fingerprint, load_checkpoint, save_checkpoint
 from .common import Codec, build_model, crop_context, start_tokens, window_sites
 from .config import ConfigError, RunConfig, to_dict
@@ -69,16 +68,11 @@ class SemanticsResult:
         """Per chain temperature: final drift (in units of :attr:`scale`), traps, distinct basins, trapped fraction
         of the observations, and the median dwell time (open traps counted up to the last observation)."""
         out = []
-        now = self.steps[-1]
         for tau in sorted(set(self.temperatures)):
             chains = [c for c, t in enumerate(self.temperatures) if t == tau]
-            events = [e for e in self.events if e.chain in chains]
-            dwell = torch.tensor([float(e.dwell(now)) for e in events], dtype=torch.float64)
             out.append({"temperature": tau,
                         "drift_over_scale_final": float(self.drift[-1, chains].mean()) / self.scale,
-                        "num_traps": float(len(events)), "num_basins": float(len({e.basin for e in events})),
-                        "trapped_fraction": float((self.basins[:, chains] >= 0).double().mean()),
-                        **quantile_summary("dwell_time", dwell, (0.5,))})
+                        **trap_statistics(self.events, self.basins, chains, self.steps[-1])})
         return out
 
 
@@ -305,9 +299,9 @@ class _Semantics:
         history = self.monitor.history[-1] if self.monitor.history else {}
         traps = self.monitor.traps
         assert traps is not None
-        drift = torch.stack([cosine_distance(e, self.embeddings[0]) for e in self.embeddings])
-        return SemanticsResult(scale=self.scale, steps=list(self.steps), embeddings=torch.stack(self.embeddings),
-                               basins=torch.stack(self.basins), drift=drift,
+        embeddings = torch.stack(self.embeddings)
+        return SemanticsResult(scale=self.scale, steps=list(self.steps), embeddings=embeddings,
+                               basins=torch.stack(self.basins), drift=cosine_distance(embeddings, embeddings[0]),
                                metrics={k: float(v) for k, v in history.items() if k != "step"},
                                dwell_times=traps.dwell_times(include_open=True), temperatures=temperatures,
                                events=list(traps.events))

@@ -23,14 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 from torch import Tensor
 
 from ..corpus import sample_sentences
 from ..embedders.base import SentenceEmbedder, cosine_distance
 from ..models.huggingface import TextCodec
 from ..sampling.glauber import GlauberSampler
-from ..tracking.traps import TrapEvent, TrapTracker
+from ..tracking.traps import TrapEvent, TrapTracker, load_topics, topic_similarity, trap_statistics
 from .common import build_model
 from .config import ConfigError, ModelConfig, require
 
@@ -102,7 +101,7 @@ class CaseStudyResult:
 
     def drift(self) -> Tensor:
         """``[observations, chains]`` cosine distance to the start, in units of :attr:`scale`."""
-        return torch.stack([cosine_distance(e, self.embeddings[0]) for e in self.embeddings]) / self.scale
+        return cosine_distance(self.embeddings, self.embeddings[0]) / self.scale
 
     def topic_fractions(self) -> Tensor:
         """``[chains, topics]``: fraction of each chain's observations (after the start) near each topic."""
@@ -113,17 +112,12 @@ class CaseStudyResult:
         bootstrap interval over chains."""
         generator = torch.Generator().manual_seed(self.config.seed)
         drift, fractions = self.drift(), self.topic_fractions()
-        now = self.steps[-1]
         out = []
         for tau in sorted(set(self.temperatures)):
             chains = [c for c, t in enumerate(self.temperatures) if t == tau]
-            events = [e for e in self.events if e.chain in chains]
-            dwell = [float(e.dwell(now)) for e in events]
             row: dict[str, Any] = {"temperature": tau, "chains": len(chains),
                                    "drift_final": float(drift[-1, chains].mean()),
-                                   "num_traps": len(events), "num_basins": len({e.basin for e in events}),
-                                   "trapped_fraction": float((self.basins[:, chains] >= 0).double().mean()),
-                                   "dwell_time_median": float(torch.tensor(dwell).median()) if dwell else math.nan}
+                                   **trap_statistics(self.events, self.basins, chains, self.steps[-1])}
             picks = torch.randint(len(chains), (self.config.bootstrap, len(chains)), generator=generator)
             for k, topic in enumerate(self.topics):
                 values = fractions[chains, k]
@@ -160,17 +154,18 @@ def run_case_study(config: CaseStudyConfig) -> CaseStudyResult:
     if not isinstance(codec, TextCodec):
         raise ConfigError("model: the case study needs a text model with a tokenizer")
     encoder = SentenceEmbedder(codec, config.encoder, device=denoiser.device)
-    spec = yaml.safe_load(Path(config.topics).read_text())
-    if not isinstance(spec, dict) or not isinstance(spec.get("topics"), dict) or not spec["topics"]:
-        raise ConfigError(f"topics: {config.topics} must map 'topics' to {{name: [anchor sentences]}}")
-    topics = list(spec["topics"])
-    anchors = [encoder.embed_texts(spec["topics"][name]) for name in topics]
+    try:
+        sentences, _ = load_topics(config.topics, key="topics")
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    topics = list(sentences)
+    anchors = [encoder.embed_texts(sentences[name]) for name in topics]
 
     sample = sample_sentences(config.corpus_sentences, config.seed)
     base = encoder.embed_texts(sample)
     shuffled = base[torch.randperm(len(base), generator=torch.Generator().manual_seed(config.seed + 1))]
     scale = float(cosine_distance(base, shuffled).median())
-    similarity = {name: _similarity(base, anchor) for name, anchor in zip(topics, anchors, strict=True)}
+    similarity = {name: topic_similarity(base, anchor) for name, anchor in zip(topics, anchors, strict=True)}
     thresholds = {name: config.topic_threshold if config.topic_threshold is not None else
                   float(values.double().quantile(config.topic_quantile)) for name, values in similarity.items()}
     base_rates = {name: float((similarity[name] >= thresholds[name]).double().mean()) for name in topics}
@@ -200,7 +195,7 @@ def run_case_study(config: CaseStudyConfig) -> CaseStudyResult:
         embeddings.append(embedded)
         texts.append(decoded)
         basins.append(torch.tensor([-1 if e is None else traps.events[e].basin for e in traps.open_event]))
-        near.append(torch.stack([_similarity(embedded, anchor) >= thresholds[name]
+        near.append(torch.stack([topic_similarity(embedded, anchor) >= thresholds[name]
                                  for name, anchor in zip(topics, anchors, strict=True)], 1))
 
     t1 = time.perf_counter()
@@ -214,7 +209,3 @@ def run_case_study(config: CaseStudyConfig) -> CaseStudyResult:
                            recurrent_basins=traps.recurrent_basins, thresholds=thresholds,
                            seconds={"setup": round(setup_seconds, 1), "chains": round(time.perf_counter() - t1, 1)})
 
-
-def _similarity(embeddings: Tensor, anchors: Tensor) -> Tensor:
-    """``[N]`` cosine similarity of each (unit) embedding to its closest (unit) anchor."""
-    return (embeddings @ anchors.T).amax(1)

@@ -232,6 +232,14 @@ def pca_landscape(embeddings: Tensor, chain: Tensor, basin: Tensor | None = None
     return figure
 
 
+def landscape_by_temperature(embeddings: Tensor, basins: Tensor, temperatures: Sequence[float]) -> Figure:
+    """:func:`pca_landscape` of observations ``embeddings [observations, chains, D]`` with ``basins
+    [observations, chains]``, the chains grouped by their ``temperatures``."""
+    chains = embeddings.shape[1]
+    return pca_landscape(embeddings.flatten(0, 1), torch.arange(chains).repeat(embeddings.shape[0]),
+                         basins.flatten(), [f"tau={t:g}" for t in temperatures])
+
+
 def _colors(count: int) -> list[tuple[float, float, float, float]]:
     from matplotlib import colormaps
 

@@ -9,9 +9,12 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from matplotlib.figure import Figure
+
+from .._io import atomic_write
 
 STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 1100px;
@@ -41,6 +44,12 @@ def figure_png(figure: Figure, dpi: int = 110) -> bytes:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=dpi)
     return buffer.getvalue()
+
+
+def write_figures(out_dir: Path, drawn: Mapping[str, Figure]) -> None:
+    """Each figure as ``out_dir/figures/{stem}.png``, written atomically."""
+    for stem, figure in drawn.items():
+        atomic_write(out_dir / "figures" / f"{stem}.png", figure_png(figure))
 
 
 def _cell(value: Any) -> str:

@@ -6,11 +6,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .._io import atomic_write
 from ..experiments.config import to_dict
 from ..experiments.rectangles import RectangleTableConfig, TableRow
 from . import figures
-from .html import Section, figure_png, render_html
+from .html import Section, render_html, write_figures
 from .writers import jsonable, write_csv, write_json, write_text
 
 
@@ -22,9 +21,8 @@ def write_rectangle_table(config: RectangleTableConfig, rows: list[TableRow], ou
     for row in rows:
         figure = figures.rectangle_histogram(row.report)
         figure.axes[0].set_title(f"{row.name}: {figure.axes[0].get_title()}", fontsize=9)
-        stem = re.sub(r"[^a-z0-9]+", "-", row.name.lower()).strip("-")
-        atomic_write(out_dir / "figures" / f"{stem}.png", figure_png(figure))
         drawn.append((figure, row.name))
+    write_figures(out_dir, {re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-"): figure for figure, name in drawn})
     sections = [Section("Incompatibility across masked LMs", paragraphs=[
         "Each rectangle (a context, two sites, two candidate tokens at each) gives R = L1 - L2, the difference of the "
         "log-ratios along the two paths between its corners; R != 0 for one rectangle proves that no joint "

@@ -7,16 +7,14 @@ import math
 from pathlib import Path
 from typing import Any
 
-import torch
 from matplotlib.figure import Figure
 
-from .._io import atomic_write
 from ..diagnostics.meeting import MeetingTimes
 from ..diagnostics.quantiles import quantile_summary
 from ..experiments.config import to_dict
 from ..experiments.run import ChainRunResult
 from . import figures
-from .html import Section, figure_png, render_html
+from .html import Section, render_html, write_figures
 from .writers import write_csv, write_json, write_text
 
 TRAJECTORY_FIELDS = ("step", "chain", "hamming_to_start", "sequence")
@@ -65,11 +63,8 @@ def run_figures(result: ChainRunResult) -> dict[str, Figure]:
     out: dict[str, Figure] = {}
     if result.semantics is not None:
         semantics = result.semantics
-        chains = semantics.embeddings.shape[1]
-        chain_ids = torch.arange(chains).repeat(len(semantics.steps))
-        groups = [f"tau={t:g}" for t in semantics.temperatures]
-        out["landscape"] = figures.pca_landscape(semantics.embeddings.flatten(0, 1), chain_ids,
-                                                 semantics.basins.flatten(), groups)
+        out["landscape"] = figures.landscape_by_temperature(semantics.embeddings, semantics.basins,
+                                                            semantics.temperatures)
         out["drift"] = figures.drift_over_time(semantics.steps, semantics.drift, semantics.scale,
                                                semantics.temperatures)
     if result.coupling is not None:
@@ -98,8 +93,7 @@ def write_run_report(result: ChainRunResult, out_dir: Path) -> dict[str, Any]:
     report = run_report(result)
     write_csv(out_dir / "trajectory.csv", result.trajectory, TRAJECTORY_FIELDS)
     drawn = run_figures(result)
-    for name, figure in drawn.items():
-        atomic_write(out_dir / "figures" / f"{name}.png", figure_png(figure))
+    write_figures(out_dir, drawn)
     sections = [Section("Summary", preformatted=[run_summary(result)])]
     sections += [Section(name.capitalize(), figures=[(figure, CAPTIONS[name])]) for name, figure in drawn.items()]
     scalars = {name: [{k: v for k, v in section.items() if not isinstance(v, (list, dict))}]

@@ -5,14 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import torch
 from matplotlib.figure import Figure
 
-from .._io import atomic_write
 from ..experiments.config import to_dict
 from ..experiments.semantics import CaseStudyResult
 from . import figures
-from .html import Section, figure_png, render_html
+from .html import Section, render_html, write_figures
 from .writers import write_json, write_text
 
 
@@ -28,14 +26,10 @@ def semantics_report(result: CaseStudyResult) -> dict[str, Any]:
 
 
 def semantics_figures(result: CaseStudyResult) -> dict[str, Figure]:
-    chains = result.embeddings.shape[1]
-    groups = [f"tau={t:g}" for t in result.temperatures]
     now = result.steps[-1]
     dwell = {tau: [float(e.dwell(now)) for e in result.events if result.temperatures[e.chain] == tau]
              for tau in sorted(set(result.temperatures))}
-    return {"landscape": figures.pca_landscape(result.embeddings.flatten(0, 1),
-                                               torch.arange(chains).repeat(len(result.steps)), result.basins.flatten(),
-                                               groups),
+    return {"landscape": figures.landscape_by_temperature(result.embeddings, result.basins, result.temperatures),
             "topics": figures.topic_fractions_over_time(result.steps, result.near, result.temperatures, result.topics,
                                                         result.base_rates),
             "dwell": figures.dwell_distribution(dwell)}
@@ -49,8 +43,7 @@ CAPTIONS = {"landscape": "PCA of the sentence embeddings of every chain state; c
 def write_semantics_report(result: CaseStudyResult, out_dir: Path) -> dict[str, Any]:
     report = semantics_report(result)
     drawn = semantics_figures(result)
-    for name, figure in drawn.items():
-        atomic_write(out_dir / "figures" / f"{name}.png", figure_png(figure))
+    write_figures(out_dir, drawn)
     data = report["semantics"]
     sections = [Section("Summary", paragraphs=[
         "Glauber chains from neutral sentences; every observation is decoded and embedded with the sentence "
@@ -72,6 +65,7 @@ def semantics_summary(result: CaseStudyResult) -> str:
     for row in result.by_temperature():
         attraction = ", ".join(f"{t} {row[f'topic_{t}_attraction']:+.3f} [{row[f'topic_{t}_attraction_low']:+.3f}, "
                                f"{row[f'topic_{t}_attraction_high']:+.3f}]" for t in result.topics)
-        lines.append(f"tau={row['temperature']:g}: drift {row['drift_final']:.2f} scales, {row['num_traps']} traps in "
-                     f"{row['num_basins']} basins, trapped {row['trapped_fraction']:.0%}; attraction {attraction}")
+        lines.append(f"tau={row['temperature']:g}: drift {row['drift_final']:.2f} scales, {row['num_traps']:.0f} "
+                     f"traps in {row['num_basins']:.0f} basins, trapped {row['trapped_fraction']:.0%}; "
+                     f"attraction {attraction}")
     return "\n".join(lines)

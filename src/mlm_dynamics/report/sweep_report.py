@@ -8,11 +8,10 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from .._io import atomic_write
 from ..experiments.config import to_dict
 from ..experiments.sweep import SweepResult
 from . import figures
-from .html import Section, figure_png, render_html
+from .html import Section, render_html, write_figures
 from .writers import jsonable, write_csv, write_json, write_text
 
 
@@ -61,8 +60,7 @@ def write_sweep_report(result: SweepResult, out_dir: Path) -> dict[str, Any]:
             for cell in report["sweep"]["cells"]]
     write_csv(out_dir / "cells.csv", jsonable(rows), list(rows[0]))
     drawn = sweep_figures(result)
-    for name, figure in drawn.items():
-        atomic_write(out_dir / "figures" / f"{name}.png", figure_png(figure))
+    write_figures(out_dir, drawn)
     write_text(out_dir / "report.html", render_html("mlm_dynamics sweep", _sections(result, report, drawn),
                                                     report["config"]))
     write_json(out_dir / "report.json", report)

@@ -158,14 +158,13 @@ class ReplicaExchange:
             state.accepts[r] += accept.sum()
             if accept.any():
                 a, b = low[accept], high[accept]
+                into, out_of = torch.cat([a, b]), torch.cat([b, a])  # every accepted pair exchanges its rows
                 device = chains_state.tokens.device
-                tokens = chains_state.tokens
-                tokens[torch.cat([a, b]).to(device)] = tokens[torch.cat([b, a]).to(device)]
+                chains_state.tokens[into.to(device)] = chains_state.tokens[out_of.to(device)]
                 if chains_state.energy is not None:
-                    cached = chains_state.energy
-                    cached[torch.cat([a, b]).to(device)] = cached[torch.cat([b, a]).to(device)]
-                state.walkers[torch.cat([a, b])] = state.walkers[torch.cat([b, a])]
-                energy[torch.cat([a, b])] = energy[torch.cat([b, a])]
+                    chains_state.energy[into.to(device)] = chains_state.energy[out_of.to(device)]
+                state.walkers[into] = state.walkers[out_of]
+                energy[into] = energy[out_of]
         self._round_trips(state, chains)
         if chains_state.step <= self.adapt_steps:
             self._adapt(state)

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from ..diagnostics.margins import local_margins
+from ..sampling.coupling import randomize_sites
 from ..sampling.glauber import ChainState, GlauberSampler
 from .monitor import ChainMonitor
 
@@ -97,7 +98,6 @@ class TrapIntervention:
     def _apply(self, state: ChainState, chain: int) -> None:
         counts = state.site_counts
         sites = state.sites[chain, : int(counts[chain])]
-        allowed = self.sampler.allowed.nonzero().squeeze(1).cpu()
         if self.kind == "bump":
             if not isinstance(self.sampler.temperature, Tensor):
                 self.sampler.temperature = torch.full((state.tokens.shape[0],), self.sampler.temperature,
@@ -117,8 +117,8 @@ class TrapIntervention:
             margins = local_margins(self.sampler.denoiser, state.tokens[chain:chain + 1], sites=sites[None])
             order = margins.margin[0].nan_to_num(nan=float("inf")).argsort()
             chosen = sites[order[: self.block].to(sites.device)]
-        draws = allowed[torch.randint(len(allowed), (len(chosen),), generator=self.generator)]
-        state.tokens[chain, chosen] = draws.to(state.tokens.device)
+        row = state.tokens[chain:chain + 1]
+        state.tokens[chain:chain + 1] = randomize_sites(self.sampler.denoiser, row, chosen[None], self.generator)
 
     def summary(self) -> dict[str, float]:
         """``interventions``, ``escaped_fraction`` and the median ``steps_to_escape`` of the escaped ones."""

@@ -14,11 +14,16 @@ topic's anchor sentences.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
 
 import torch
+import yaml
 from torch import Tensor
 
+from ..diagnostics.quantiles import quantile_summary
 from ..embedders.base import cosine_distance
 
 
@@ -32,6 +37,19 @@ class TrapEvent:
 
     def dwell(self, now: int) -> int:
         return (self.exit_step if self.exit_step is not None else now) - self.entry_step
+
+
+def trap_statistics(events: Sequence[TrapEvent], basins: Tensor, chains: Sequence[int], now: int
+                    ) -> dict[str, float]:
+    """The traps of ``chains``: ``num_traps``, ``num_basins`` (distinct), ``trapped_fraction`` (of their observations
+    with a basin in ``basins [observations, all chains]``, ``-1`` = not trapped) and ``dwell_time_median`` (open
+    traps counted up to ``now``; the quantile convention of :mod:`~mlm_dynamics.diagnostics.quantiles`, nan without
+    traps)."""
+    mine = [e for e in events if e.chain in chains]
+    dwell = torch.tensor([float(e.dwell(now)) for e in mine], dtype=torch.float64)
+    return {"num_traps": float(len(mine)), "num_basins": float(len({e.basin for e in mine})),
+            "trapped_fraction": float((basins[:, list(chains)] >= 0).double().mean()),
+            **quantile_summary("dwell_time", dwell, (0.5,))}
 
 
 class TrapTracker:
@@ -140,6 +158,22 @@ class TrapTracker:
         self.basin_visits, self.now = list(state["basin_visits"]), state["now"]
 
 
+def load_topics(path: str | Path, *, key: str) -> tuple[dict[str, Any], float | None]:
+    """The topics and the optional threshold of a YAML file ``{threshold: ..., topics: {name: [anchor sentences]}}``
+    (as ``configs/topics-politics.yaml``); ``key`` names the option in the error."""
+    file = Path(path)
+    spec = yaml.safe_load(file.read_text()) if file.is_file() else None
+    if not isinstance(spec, dict) or not isinstance(spec.get("topics"), dict) or not spec["topics"]:
+        raise ValueError(f"{key}: {str(path)!r} is not a YAML file mapping 'topics' to {{name: [anchor sentences]}}")
+    threshold = spec.get("threshold")
+    return spec["topics"], None if threshold is None else float(threshold)
+
+
+def topic_similarity(embeddings: Tensor, anchors: Tensor) -> Tensor:
+    """``[N]`` cosine similarity of each unit embedding ``[N, D]`` to its closest unit anchor ``[K, D]``."""
+    return (embeddings @ anchors.T).amax(1)
+
+
 class TopicAttraction:
     """Fraction of observed states near each topic: ``max_k cos(e(x), a_k) >= threshold`` over its anchors."""
 
@@ -155,7 +189,7 @@ class TopicAttraction:
 
     def observe(self, embeddings: Tensor) -> Tensor:
         """``[topics, B]`` similarity of each state to its closest anchor of each topic; updates the counts."""
-        similarity = torch.stack([(embeddings.float().cpu() @ a.T).amax(1) for a in self.anchors])
+        similarity = torch.stack([topic_similarity(embeddings.float().cpu(), a) for a in self.anchors])
         self.near += (similarity >= self.threshold).sum(1)
         self.observations += embeddings.shape[0]
         return similarity
