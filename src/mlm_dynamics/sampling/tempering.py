@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..diagnostics.quantiles import quantile_summary
 from ..models.base import Denoiser
 from .energy import PseudoLogLikelihoodEnergy
 from .glauber import ChainState, GlauberSampler
@@ -200,8 +201,7 @@ class ReplicaExchange:
         out = {f"swap_acceptance_{r}": float(a) for r, a in enumerate(acceptance.tolist())}
         out["swap_acceptance_min"] = float(acceptance.nan_to_num(nan=math.inf).min())
         out["round_trips"] = float(len(state.round_trips))
-        out["round_trip_median"] = float(torch.tensor(state.round_trips, dtype=torch.float64).median()) if (
-            state.round_trips) else math.nan
+        out.update(quantile_summary("round_trip", torch.tensor(state.round_trips, dtype=torch.float64), (0.5,)))
         return out
 
     def replica(self, state: TemperingState, index: int = 0) -> Tensor:

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from ..diagnostics.margins import local_margins
+from ..diagnostics.quantiles import quantile_summary
 from ..sampling.coupling import randomize_sites
 from ..sampling.glauber import ChainState, GlauberSampler
 from .monitor import ChainMonitor
@@ -125,5 +126,4 @@ class TrapIntervention:
         escaped = [e.steps_to_escape for e in self.events if e.steps_to_escape is not None]
         return {"interventions": float(len(self.events)),
                 "escaped_fraction": len(escaped) / len(self.events) if self.events else float("nan"),
-                "steps_to_escape_median": float(torch.tensor(escaped, dtype=torch.float64).median()) if escaped
-                else float("nan")}
+                **quantile_summary("steps_to_escape", torch.tensor(escaped, dtype=torch.float64), (0.5,))}
