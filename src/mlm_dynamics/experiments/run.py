@@ -129,8 +129,6 @@ def run_chains(config: RunConfig, out_dir: Path | None = None, *, resume: bool =
                                 "log_prob_sum": 0.0, "rows": []}
     generator = torch.Generator(device=tokens.device).manual_seed(config.chains.seed + 1)
     watch = _Semantics(denoiser, state, config) if config.semantics.enabled else None
-    if watch is not None:
-        progress["semantics"] = watch.state_dict()
     checkpoint_step = None
     if resume:
         assert checkpoint_path is not None
@@ -157,8 +155,9 @@ def run_chains(config: RunConfig, out_dir: Path | None = None, *, resume: bool =
                 progress["rows"] += _trajectory_rows(record.step, state.tokens, start, codec)
             if watch is not None:
                 watch.observe(state)
-                progress["semantics"] = watch.state_dict()
             if every and checkpoint_path is not None and (record.step % every == 0 or record.step == num_steps):
+                if watch is not None:
+                    progress["semantics"] = watch.state_dict()
                 save_checkpoint(checkpoint_path, {"chains": state.state_dict(), "progress": progress},
                                 fingerprints=fingerprints, step=record.step)
                 checkpoint_step = record.step
