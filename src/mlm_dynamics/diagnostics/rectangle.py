@@ -129,9 +129,13 @@ def check_rectangle_options(*, pairs_per_context: int, num_tokens: int, token_ch
 @torch.no_grad()
 def sample_rectangles(denoiser: Denoiser, contexts: Tensor, *, pairs_per_context: int = 4, num_tokens: int = 4,
                       token_choice: str = "topk", min_distance: int = 1, max_distance: int | None = None,
-                      temperature: float = 1.0, sites: Tensor | None = None, generator: torch.Generator,
-                      chunk_size: int = 256) -> RectangleReport:
+                      temperature: float = 1.0, sites: Tensor | None = None, num_sites: Tensor | None = None,
+                      generator: torch.Generator, chunk_size: int = 256) -> RectangleReport:
     """Sample rectangles on ``contexts [C, L]`` and compute R for each.
+
+    ``sites`` (``[n]`` shared or ``[C, n]``; default: each context's non-frame positions) are the candidate sites;
+    with ``num_sites [C]`` context ``c`` uses its first ``num_sites[c]`` (padded batches, see
+    :meth:`~mlm_dynamics.models.Denoiser.padded_sites`).
 
     Each context gets ``pairs_per_context`` site pairs with ``min_distance <= |i - j| <= max_distance`` (positions in
     the sequence), and ``num_tokens`` candidates per site: the top-k of the site's conditional
@@ -149,7 +153,7 @@ def sample_rectangles(denoiser: Denoiser, contexts: Tensor, *, pairs_per_context
     sites = denoiser.resampleable_sites(contexts) if sites is None else sites.expand(contexts.shape[0], -1)
     pair_i, pair_j, owners = [], [], []
     for c in range(contexts.shape[0]):
-        row = sites[c]
+        row = sites[c] if num_sites is None else sites[c, : int(num_sites[c])]
         candidates = [(a, b) for a, b in itertools.combinations(row.tolist(), 2)
                       if min_distance <= b - a <= (max_distance if max_distance is not None else b - a)]
         if not candidates:

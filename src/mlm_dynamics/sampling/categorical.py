@@ -11,9 +11,10 @@ Precision: the draw happens in the weights' dtype. A float32 uniform from ``torc
 therefore draw in float64 by default). :func:`inverse_cdf_law` gives the exact law of the draw in either dtype.
 
 For weights ``w [N, V] >= 0`` with positive row sums, ``sample_categorical`` returns ``k`` with
-``P(k) = w_k / sum(w)``: it draws ``u ~ U[0, 1) * sum(w)`` and takes the first ``k`` with ``cumsum(w)_k > u``. Tokens
-of weight zero are never returned (their cumulative sum equals their predecessor's). About 10x faster than
-``torch.multinomial`` at vocabulary scale on CPU.
+``P(k) = w_k / sum(w)``: it draws ``u ~ U[0, 1) * sum(w)`` and takes the first ``k`` with ``cumsum(w)_k > u``
+(:func:`inverse_cdf`, which also serves samplers that bring their own uniforms). Tokens of weight zero are never
+returned (their cumulative sum equals their predecessor's). About 10x faster than ``torch.multinomial`` at vocabulary
+scale on CPU.
 """
 
 from __future__ import annotations
@@ -25,15 +26,23 @@ from torch import Tensor
 
 
 def sample_categorical(weights: Tensor, generator: torch.Generator) -> Tensor:
-    """Indices ``[N]`` drawn from the unnormalised rows of ``weights [N, V]`` (computed in their dtype)."""
+    """Indices ``[N]`` drawn from the unnormalised rows of ``weights [N, V]`` (computed in their dtype), one uniform
+    of ``generator`` per row: :func:`inverse_cdf` of ``torch.rand``."""
     if weights.dim() != 2 or weights.shape[1] == 0:
         raise ValueError(f"weights must have shape [N, V] with V >= 1, got {tuple(weights.shape)}")
+    u = torch.rand(weights.shape[0], generator=generator, device=weights.device, dtype=weights.dtype)
+    return inverse_cdf(weights, u)
+
+
+def inverse_cdf(weights: Tensor, u: Tensor) -> Tensor:
+    """The first ``k`` with ``cumsum(w)_k > u sum(w)`` for each row of ``weights [N, V]`` and uniform ``u [N]`` in
+    ``[0, 1)``: ``P(k) = w_k / sum(w)``. A token of weight zero is never returned: its cumulative sum equals its
+    predecessor's, so the strict inequality skips it even when ``u sum(w)`` lands exactly on that value."""
     cdf = weights.cumsum(-1)
     total = cdf[:, -1:]
     if not (total > 0).all():
         raise ValueError("weights: every row needs a positive total")
-    u = torch.rand(total.shape, generator=generator, device=weights.device, dtype=weights.dtype) * total
-    index = torch.searchsorted(cdf, u, right=True).squeeze(1)
+    index = torch.searchsorted(cdf, u.to(weights.dtype)[:, None] * total, right=True).squeeze(1)
     # u * total can round up to the total itself: fall back to the last token of positive weight
     positions = torch.arange(weights.shape[1], device=weights.device)
     last_positive = torch.where(weights > 0, positions, -1).amax(1)

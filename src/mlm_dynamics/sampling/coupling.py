@@ -23,16 +23,18 @@ from torch import Tensor
 
 from ..diagnostics.meeting import MeetingTimes
 from ..models.base import Denoiser, require_integer
-from .categorical import sample_categorical
-from .glauber import ChainState, GlauberSampler
+from .categorical import inverse_cdf, sample_categorical
+from .glauber import ChainState, GlauberSampler, stream_sites
+from .streams import mix, uniforms
+
+PAIR_SLOTS = 4  # uniforms per pair and step with per-pair streams: site, coupling decision, token of x, token of y
 
 
 def maximal_coupling(p: Tensor, q: Tensor, generator: torch.Generator) -> tuple[Tensor, Tensor]:
     """Draw ``(x, y)`` of shape ``[N]`` from the maximal coupling of the rows of ``p, q [N, V]``.
 
     Rows must be probability vectors: finite, non-negative and summing to 1 within ``V eps`` (the rounding of a
-    sum of V terms in the dtype). Cost: ``O(N V)``, three inverse-CDF draws at most per row, one uniform for the
-    coupling decision.
+    sum of V terms in the dtype). Cost: ``O(N V)``; three uniforms of ``generator`` per row (:func:`coupled_draw`).
     """
     if p.shape != q.shape or p.dim() != 2:
         raise ValueError(f"p and q must be equal-shape [N, V] tensors, got {tuple(p.shape)} and {tuple(q.shape)}")
@@ -42,30 +44,49 @@ def maximal_coupling(p: Tensor, q: Tensor, generator: torch.Generator) -> tuple[
         error = (rows.sum(-1) - 1).abs().max() if rows.numel() else rows.new_zeros(())
         if error > rows.shape[1] * torch.finfo(rows.dtype).eps:
             raise ValueError(f"{name}: rows must sum to 1, one is off by {float(error):.3g}")
+    return coupled_draw(p, q, torch.rand(p.shape[0], 3, generator=generator, device=p.device, dtype=torch.float64))
+
+
+def coupled_draw(p: Tensor, q: Tensor, u: Tensor) -> tuple[Tensor, Tensor]:
+    """The maximal coupling of the rows of ``p, q [N, V]`` from three uniforms ``u [N, 3]`` per row.
+
+    With ``m = min(p, q)`` and ``s = sum(m)``: if ``u_0 < s`` both take :func:`inverse_cdf` of ``m`` at ``u_1``;
+    otherwise ``x`` is drawn from ``p - m`` at ``u_1`` and ``y`` from ``q - m`` at ``u_2``. Each marginal is exact and
+    ``P(x = y) = s = 1 - TV(p, q)``.
+    """
     overlap = torch.minimum(p, q)
     share = overlap.sum(-1)
-    coupled = torch.rand(share.shape, generator=generator, device=p.device, dtype=p.dtype) < share
-    x = torch.empty(p.shape[0], dtype=torch.long, device=p.device)
-    y = torch.empty_like(x)
-    if coupled.any():
-        z = sample_categorical(overlap[coupled], generator)
-        x[coupled] = z
-        y[coupled] = z
-    apart = ~coupled
-    if apart.any():
-        x[apart] = sample_categorical(_residual(p[apart], overlap[apart]), generator)
-        y[apart] = sample_categorical(_residual(q[apart], overlap[apart]), generator)
+    coupled = u[:, 0].to(p.dtype) < share
+    x = inverse_cdf(torch.where(coupled[:, None], overlap, _residual(p, overlap)), u[:, 1])
+    y = torch.where(coupled, x, inverse_cdf(torch.where(coupled[:, None], overlap, _residual(q, overlap)), u[:, 2]))
     return x, y
 
 
-def randomize_sites(denoiser: Denoiser, tokens: Tensor, sites: Tensor, generator: torch.Generator) -> Tensor:
+def randomize_sites(denoiser: Denoiser, tokens: Tensor, sites: Tensor, generator: torch.Generator | None, *,
+                    num_sites: Tensor | None = None, streams: Tensor | None = None) -> Tensor:
     """``tokens [B, L]`` with every site ``sites [B, n]`` replaced by a uniformly random allowed token.
 
-    A far-away start for a coupled partner chain; ``generator`` may live on any device.
+    With ``num_sites [B]`` only each row's first ``num_sites[b]`` sites are replaced (the rest is padding). One draw
+    per entry of ``sites`` either way, so the stream does not depend on the counts. The draws come from
+    ``generator`` (any device), or with ``streams [B]`` from each row's own counter-based stream (step 0).
+    A far-away start for a coupled partner chain.
     """
-    allowed = denoiser.vocab.allowed_mask(generator.device).nonzero().squeeze(1)
-    draws = allowed[torch.randint(len(allowed), sites.shape, generator=generator, device=generator.device)]
-    return tokens.scatter(1, sites, draws.to(tokens.device))
+    if streams is not None:
+        allowed = denoiser.vocab.allowed_mask(streams.device).nonzero().squeeze(1)
+        picks = (uniforms(streams, 0, sites.shape[1]) * len(allowed)).long().clamp_max(len(allowed) - 1)
+        draws = allowed[picks]
+    elif generator is not None:
+        allowed = denoiser.vocab.allowed_mask(generator.device).nonzero().squeeze(1)
+        draws = allowed[torch.randint(len(allowed), sites.shape, generator=generator, device=generator.device)]
+    else:
+        raise ValueError("randomize_sites: pass generator= or streams=")
+    if num_sites is None:
+        return tokens.scatter(1, sites, draws.to(tokens.device))
+    length = tokens.shape[1]
+    valid = torch.arange(sites.shape[1], device=sites.device) < num_sites.to(sites.device)[:, None]
+    target = torch.where(valid, sites, length)  # padding writes into a dummy column
+    widened = torch.cat([tokens, tokens[:, :1]], 1).scatter(1, target.to(tokens.device), draws.to(tokens.device))
+    return widened[:, :length]
 
 
 def _residual(p: Tensor, overlap: Tensor) -> Tensor:
@@ -124,10 +145,11 @@ class CoupledGlauberChains:
         self.sampler, self.freeze_met = sampler, freeze_met
 
     def init_state(self, x0: Tensor, y0: Tensor, *, seed: int, sites: Tensor | None = None,
-                   num_sites: Tensor | None = None) -> CoupledState:
+                   num_sites: Tensor | None = None, streams: Tensor | None = None) -> CoupledState:
+        """Pairs ``(x0[p], y0[p])``; ``streams [P]`` gives each pair its own counter-based stream (see :meth:`step`)."""
         if x0.shape != y0.shape:
             raise ValueError(f"x0 and y0 must have equal shapes, got {tuple(x0.shape)} and {tuple(y0.shape)}")
-        x = self.sampler.init_state(x0, seed=seed, sites=sites, num_sites=num_sites)
+        x = self.sampler.init_state(x0, seed=seed, sites=sites, num_sites=num_sites, streams=streams)
         require_integer("y0", y0)
         y = y0.to(x.tokens.device).long().clone()
         if sites is None and not torch.equal(self.sampler.denoiser.resampleable_sites(y), x.sites):
@@ -139,9 +161,15 @@ class CoupledGlauberChains:
 
     @torch.no_grad()
     def step(self, state: CoupledState) -> Tensor:
-        """Advance every pair one step; returns the Hamming distance ``[P]`` between the chains afterwards."""
+        """Advance every pair one step; returns the Hamming distance ``[P]`` between the chains afterwards.
+
+        With per-pair streams (``x.streams``), pair ``p`` draws its site, its coupling decision and its two tokens
+        from its own key and the step (:data:`PAIR_SLOTS` uniforms), whatever else is in the batch.
+        """
         sampler, chains = self.sampler, state.x
-        positions = chains.sites.gather(1, sampler.choose_sites(chains))
+        drawn = None if chains.streams is None else uniforms(chains.streams, chains.step, PAIR_SLOTS)
+        index = sampler.choose_sites(chains) if drawn is None else stream_sites(drawn[:, 0], chains.site_counts)
+        positions = chains.sites.gather(1, index)
         met = state.met_at >= 0
         active = (~met).nonzero().squeeze(1)
         moving = active if self.freeze_met else torch.arange(len(met), device=met.device)
@@ -155,10 +183,16 @@ class CoupledGlauberChains:
         coupled_y = None
         together = met[moving]
         if together.any():
-            new_x[together] = sample_categorical(p[together].flatten(0, 1), chains.generator).view(
-                int(together.sum()), -1)
+            if drawn is None:
+                new_x[together] = sample_categorical(p[together].flatten(0, 1), chains.generator).view(
+                    int(together.sum()), -1)
+            else:
+                new_x[together] = inverse_cdf(p[together][:, 0], drawn[moving[together], 1])[:, None]
         if len(active):
-            coupled_x, flat_y = maximal_coupling(p[~together].flatten(0, 1), q.flatten(0, 1), chains.generator)
+            if drawn is None:
+                coupled_x, flat_y = maximal_coupling(p[~together].flatten(0, 1), q.flatten(0, 1), chains.generator)
+            else:
+                coupled_x, flat_y = coupled_draw(p[~together][:, 0], q[:, 0], drawn[active, 1:])
             new_x[~together] = coupled_x.view(len(active), -1)
             coupled_y = flat_y.view(len(active), -1)
         chains.tokens[moving] = chains.tokens[moving].scatter(1, positions[moving], new_x)
@@ -184,34 +218,37 @@ class CoupledGlauberChains:
 
 
 def meeting_times(sampler: GlauberSampler, x0: Tensor, y0: Tensor, *, max_steps: int, seed: int,
-                  sites: Tensor | None = None, num_sites: Tensor | None = None,
+                  sites: Tensor | None = None, num_sites: Tensor | None = None, streams: Tensor | None = None,
                   freeze_met: bool = True) -> MeetingTimes:
     """Meeting times of maximally coupled pairs started at ``(x0[p], y0[p])``, censored at ``max_steps``.
 
     Met pairs leave the forward batch (``freeze_met``): the times are the same as with them running on.
     """
     chains = CoupledGlauberChains(sampler, freeze_met=freeze_met)
-    return chains.run(chains.init_state(x0, y0, seed=seed, sites=sites, num_sites=num_sites), max_steps)
+    state = chains.init_state(x0, y0, seed=seed, sites=sites, num_sites=num_sites, streams=streams)
+    return chains.run(state, max_steps)
 
 
 def lagged_meeting_times(sampler: GlauberSampler, x0: Tensor, y0: Tensor, *, lag: int, max_steps: int, seed: int,
-                         sites: Tensor | None = None, num_sites: Tensor | None = None,
+                         sites: Tensor | None = None, num_sites: Tensor | None = None, streams: Tensor | None = None,
                          freeze_met: bool = True) -> MeetingTimes:
     """L-lag meeting times ``tau = L + inf{t : X_{L+t} = Y_t}`` with ``X_0 = x0``, ``Y_0 = y0`` (draws from ``mu_0``).
 
     ``X`` runs ``lag`` steps alone, then the pair is coupled for at most ``max_steps`` steps. For sweep and sequential
-    scans ``lag`` must be a multiple of every row's sweep length so that both chains visit the same sites.
+    scans ``lag`` must be a multiple of every row's sweep length so that both chains visit the same sites. With
+    ``streams``, ``X`` runs alone on them and the coupled phase draws from ``mix(streams)``, other keys.
     """
     if not isinstance(lag, int) or lag < 1:
         raise ValueError(f"lag must be an integer >= 1, got {lag!r}")
     chains = CoupledGlauberChains(sampler, freeze_met=freeze_met)
-    ahead = sampler.init_state(x0, seed=seed, sites=sites, num_sites=num_sites)
+    ahead = sampler.init_state(x0, seed=seed, sites=sites, num_sites=num_sites, streams=streams)
     sweeps = sorted(set((ahead.site_counts // sampler.block_size).tolist()))
     if sampler.scan != "random" and any(lag % sweep for sweep in sweeps):
         raise ValueError(f"lag must be a multiple of the sweep lengths {sweeps} for scan={sampler.scan!r}")
     for _ in sampler.run(ahead, lag):
         pass
-    state = chains.init_state(ahead.tokens, y0, seed=seed, sites=ahead.sites, num_sites=ahead.counts)
+    state = chains.init_state(ahead.tokens, y0, seed=seed, sites=ahead.sites, num_sites=ahead.counts,
+                              streams=None if ahead.streams is None else mix(ahead.streams))
     state.x.generator.set_state(ahead.generator.get_state())
     result = chains.run(state, max_steps)
     return MeetingTimes(times=result.times + lag, censored=result.censored, lag=lag, max_steps=result.max_steps)

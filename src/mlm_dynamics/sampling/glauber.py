@@ -33,7 +33,10 @@ import torch
 from torch import Tensor, nn
 
 from ..models.base import Denoiser, require_integer
-from .categorical import as_temperature, sample_categorical, tempered_log_probs
+from .categorical import as_temperature, inverse_cdf, sample_categorical, tempered_log_probs
+from .streams import uniforms
+
+STEP_SLOTS = 3  # uniforms per chain and step with per-chain streams: site, token, MH acceptance
 
 ScanOrder = Literal["random", "sweep", "sequential"]
 SCAN_ORDERS: tuple[str, ...] = ("random", "sweep", "sequential")
@@ -72,6 +75,8 @@ class ChainState:
         order: ``[B, n]`` current sweep order (indices into ``sites``) for sweep scans, else ``None``.
         energy: ``[B]`` cached energy of ``tokens`` when an MH correction is used, else ``None``.
         counts: ``[B]`` number of sites of each row (``None``: every row uses all ``n_max``).
+        streams: ``[B]`` int64 keys of per-chain counter-based streams (:mod:`.streams`): chain ``b`` then draws
+            from its own key and step only, never from ``generator`` (``None``: all chains share ``generator``).
     """
 
     tokens: Tensor
@@ -81,6 +86,7 @@ class ChainState:
     order: Tensor | None = None
     energy: Tensor | None = None
     counts: Tensor | None = None
+    streams: Tensor | None = None
 
     @property
     def num_sites(self) -> int:
@@ -97,6 +103,7 @@ class ChainState:
     def state_dict(self) -> dict[str, Any]:
         return {"tokens": self.tokens.clone(), "sites": self.sites.clone(), "step": self.step,
                 "counts": None if self.counts is None else self.counts.clone(),
+                "streams": None if self.streams is None else self.streams.clone(),
                 "rng": self.generator.get_state(), "rng_device": self.generator.device.type,
                 "order": None if self.order is None else self.order.clone(),
                 "energy": None if self.energy is None else self.energy.clone()}
@@ -120,9 +127,23 @@ class ChainState:
             generator.manual_seed(int.from_bytes(hashlib.sha256(state["rng"].cpu().numpy().tobytes()).digest()[:8],
                                                  "little") >> 1)
         moved = {k: None if state.get(k) is None else state[k].to(tokens.device).clone()
-                 for k in ("order", "energy", "counts")}
+                 for k in ("order", "energy", "counts", "streams")}
         return cls(tokens=tokens.clone(), sites=state["sites"].to(tokens.device).clone(), generator=generator,
                    step=int(state["step"]), **moved)
+
+
+def check_streams(streams: Tensor, batch: int) -> Tensor:
+    """``streams`` as int64 keys ``[B]``, or a ValueError naming it."""
+    if not isinstance(streams, Tensor) or streams.dtype != torch.int64 or tuple(streams.shape) != (batch,):
+        raise ValueError(f"streams must be int64 keys of shape [{batch}], got {getattr(streams, 'dtype', streams)} "
+                         f"{tuple(getattr(streams, 'shape', ()))}")
+    return streams
+
+
+def stream_sites(u: Tensor, counts: Tensor) -> Tensor:
+    """Indices ``[B, 1]`` into each row's sites from uniforms ``u [B]``: ``floor(u n_b)``, uniform on the row's own
+    ``n_b`` sites (``u`` has 53 bits, so the bias is below ``n_b 2^-53``)."""
+    return (u * counts.to(u.dtype)).long().clamp_max(counts - 1)[:, None]
 
 
 class GlauberSampler(nn.Module):
@@ -188,12 +209,14 @@ class GlauberSampler(nn.Module):
                                   top_p=self.top_p, dtype=self.sampling_dtype)
 
     def init_state(self, tokens: Tensor, *, seed: int, sites: Tensor | None = None,
-                   num_sites: Tensor | None = None) -> ChainState:
+                   num_sites: Tensor | None = None, streams: Tensor | None = None) -> ChainState:
         """Start chains at ``tokens [B, L]``.
 
         ``sites [B, n_max]`` defaults to the non-frame positions; each row is sorted (sequential scans go left to
         right). With ``num_sites [B]``, row ``b`` resamples only its first ``num_sites[b]`` sites (the rest is
-        padding: any positions); see :func:`pad_sites`.
+        padding: any positions); see :meth:`~mlm_dynamics.models.Denoiser.padded_sites`. With ``streams [B]``
+        (int64 keys, random scan with ``block_size=1``), chain ``b`` draws from its own counter-based stream, so its
+        path does not depend on the other chains of the batch (``seed`` is then unused).
         """
         require_integer("tokens", tokens)
         tokens = tokens.to(self.denoiser.device).long().clone()
@@ -214,9 +237,13 @@ class GlauberSampler(nn.Module):
             valid = torch.arange(sites.shape[1], device=sites.device) < counts[:, None]
             keys = torch.where(valid, sites, sites.new_full((), tokens.shape[1])).sort(1)
             sites = torch.where(valid, keys.values, sites)
+        if streams is not None:
+            streams = check_streams(streams, tokens.shape[0]).to(tokens.device)
+            if self.scan != "random" or self.block_size != 1:
+                raise ValueError("streams: per-chain streams drive the random scan with block_size=1 only")
         generator = torch.Generator(device=tokens.device)
         generator.manual_seed(seed)
-        state = ChainState(tokens=tokens, sites=sites, generator=generator, counts=counts)
+        state = ChainState(tokens=tokens, sites=sites, generator=generator, counts=counts, streams=streams)
         if self.energy is not None:
             state.energy = self._energy(tokens)
         return state
@@ -279,17 +306,22 @@ class GlauberSampler(nn.Module):
     @torch.no_grad()
     def step(self, state: ChainState) -> StepRecord:
         """Advance every chain by one step; ``state`` is updated in place."""
-        positions = state.sites.gather(1, self.choose_sites(state))
+        drawn = None if state.streams is None else uniforms(state.streams, state.step, STEP_SLOTS)
+        index = self.choose_sites(state) if drawn is None else stream_sites(drawn[:, 0], state.site_counts)
+        positions = state.sites.gather(1, index)
         old = state.tokens.gather(1, positions)
         log_q = self.log_probs(self.denoiser.conditional_logits(state.tokens, positions))
         if self.greedy:
             new = log_q.argmax(-1)
-        else:
+        elif drawn is None:
             new = sample_categorical(log_q.exp().flatten(0, 1), state.generator).view_as(old)
+        else:  # one site per step: one row per chain
+            new = inverse_cdf(log_q.exp()[:, 0], drawn[:, 1])[:, None]
         log_prob = log_q.gather(-1, new[..., None]).squeeze(-1)
         accepted = torch.ones(old.shape[0], dtype=torch.bool, device=old.device)
         if self.energy is not None:
-            accepted = self._metropolis(state, positions, old, new, log_q, log_prob)
+            accepted = self._metropolis(state, positions, old, new, log_q, log_prob,
+                                        None if drawn is None else drawn[:, 2])
             new = torch.where(accepted[:, None], new, old)
         state.tokens.scatter_(1, positions, new)
         state.step += 1
@@ -297,10 +329,11 @@ class GlauberSampler(nn.Module):
                           accepted=accepted)
 
     def _metropolis(self, state: ChainState, positions: Tensor, old: Tensor, new: Tensor, log_q: Tensor,
-                    log_prob: Tensor) -> Tensor:
+                    log_prob: Tensor, drawn: Tensor | None) -> Tensor:
         changed = (new != old).any(1)
         accepted = torch.ones_like(changed)
-        uniform = torch.rand(old.shape[0], generator=state.generator, device=old.device, dtype=self.sampling_dtype)
+        uniform = (torch.rand(old.shape[0], generator=state.generator, device=old.device, dtype=self.sampling_dtype)
+                   if drawn is None else drawn.to(self.sampling_dtype))
         if not changed.any():
             return accepted
         rows = changed.nonzero().squeeze(1)

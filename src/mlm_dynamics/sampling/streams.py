@@ -1,0 +1,72 @@
+"""Counter-based random streams: each chain draws uniforms that are a pure function of its own key and step.
+
+A chain (or coupled pair) ``r`` with key ``k_r`` draws, at step ``t``, the uniforms
+
+    u_{r,t,j} = top53( mix(k_r XOR mix(t S + j)) ) / 2^53,   j = 0 .. S - 1,
+
+with ``mix`` the SplitMix64 finaliser (Steele, Lea & Flood 2014) and ``S`` the slots a step uses. Nothing is shared
+between chains and nothing is carried from step to step, so a chain's path does not depend on which other chains
+are in the batch, on the order they are stored in, on chains that left the batch, on how the work is split over
+processes, or on where a run was interrupted: a cell of a sweep gives the same meeting times alone, inside any grid
+and after a resume. Keys come from :func:`stream_key` on the values that identify a chain (a seed, the cell's
+temperature and length, the pair's index), never on its position in a batch.
+
+The arithmetic is 64-bit integer arithmetic modulo ``2^64``: int64 tensors wrap on overflow in PyTorch's CPU and
+CUDA kernels (two's complement), and the right shifts are made logical by masking. :func:`mix_int` is the
+pure-Python reference the tests compare against. Cost: a handful of integer operations per uniform.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import torch
+from torch import Tensor
+
+_MASK = (1 << 64) - 1
+_GOLDEN, _M1, _M2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+
+
+def _signed(value: int) -> int:
+    """``value mod 2^64`` as the int64 with the same bits."""
+    value &= _MASK
+    return value - (1 << 64) if value >> 63 else value
+
+
+def mix_int(x: int) -> int:
+    """SplitMix64 finaliser on Python integers (the reference)."""
+    z = (x + _GOLDEN) & _MASK
+    z = ((z ^ (z >> 30)) * _M1) & _MASK
+    z = ((z ^ (z >> 27)) * _M2) & _MASK
+    return z ^ (z >> 31)
+
+
+def _logical_shift(x: Tensor, bits: int) -> Tensor:
+    return (x >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def mix(x: Tensor) -> Tensor:
+    """SplitMix64 finaliser on int64 tensors, elementwise (bit-identical to :func:`mix_int`)."""
+    z = x + _signed(_GOLDEN)
+    z = (z ^ _logical_shift(z, 30)) * _signed(_M1)
+    z = (z ^ _logical_shift(z, 27)) * _signed(_M2)
+    return z ^ _logical_shift(z, 31)
+
+
+def stream_key(seed: int, *parts: int | float) -> int:
+    """The int64 key of the stream identified by ``seed`` and ``parts`` (integers, or floats by their bits)."""
+    key = mix_int(seed & _MASK)
+    for part in parts:
+        bits = struct.unpack("<q", struct.pack("<d", part))[0] if isinstance(part, float) else part
+        key = mix_int(key ^ (bits & _MASK))
+    return _signed(key)
+
+
+def uniforms(keys: Tensor, step: int, slots: int) -> Tensor:
+    """``[R, slots]`` float64 uniforms in ``[0, 1)`` of the streams ``keys [R]`` (int64) at ``step``."""
+    counters = torch.arange(step * slots, (step + 1) * slots, dtype=torch.int64, device=keys.device)
+    bits = mix(keys[:, None] ^ mix(counters)[None, :])
+    return _logical_shift(bits, 11).double() * 2.0**-53
+
+
+__all__ = ["mix", "mix_int", "stream_key", "uniforms"]
