@@ -176,6 +176,9 @@ def export(checkpoint: Path, target: Path, summary: dict, per_genre: int = 256) 
     denoiser.model.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})
     target.mkdir(parents=True, exist_ok=True)
     denoiser.model.half().save_pretrained(target)
+    config = json.loads((target / "config.json").read_text())
+    config["dtype"] = "float32"  # stored in fp16, loaded as float32: fp16 training on a CPU goes NaN
+    (target / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     codec.tokenizer.save_pretrained(target)
     shipped, shipped_codec = MaskedLMDenoiser.from_pretrained(str(target))  # measure what ships: fp16 -> fp32
     evaluation = evaluate(shipped, shipped_codec, per_genre)
@@ -227,7 +230,8 @@ pipeline_tag: fill-mask
 
 A small English masked language model (6 layers, hidden 384, the BERT uncased WordPiece vocabulary of 30,522) that
 loads offline with `AutoModelForMaskedLM.from_pretrained(dir)`, made so the semantic case study of `mlm_dynamics` runs
-on a real English model without a model hub. Weights are stored in fp16.
+on a real English model without a model hub. Weights are stored in fp16 and load as float32 (the config says
+so: a fine-tune in fp16 on a CPU goes NaN).
 
 ## How it was made
 

@@ -81,3 +81,224 @@ def tiny_lightning_classes():
             return DataLoader(potts_corpus(), batch_size=self.batch_size, shuffle=True)
 
     return TinyDenoiser, PottsData
+
+
+# -- set-ups for the observer-effect tests: a run with the plugin attached must equal the bare run bit for bit --------
+SENTENCES = [
+    "the old man walked slowly down the road with his dog at his side .",
+    "call me ishmael .",
+    "in the beginning god created the heaven and the earth .",
+    "the state of the union is strong , and our people are at work .",
+    "some years ago , never mind how long precisely , having little or no money in my purse .",
+    "and the earth was without form , and void .",
+    "we the people of the united states , in order to form a more perfect union .",
+    "the whale rose from the sea and the ship turned to follow it across the waves .",
+    "congress shall make no law respecting an establishment of religion .",
+    "it was a cold morning and the harbour was full of ships .",
+    "let there be light : and there was light .",
+    "the president spoke of trade , of war and of peace with the nations of the world .",
+]
+
+
+def collator_batches(tokenizer, *, batch_size=4, seed=0):
+    """``DataCollatorForLanguageModeling`` batches of the sentences: dynamic padding, random masking, shuffled."""
+    from torch.utils.data import DataLoader
+    from transformers import DataCollatorForLanguageModeling
+
+    rows = [tokenizer(s) for s in SENTENCES]
+    collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
+    return DataLoader(rows, batch_size=batch_size, shuffle=True, collate_fn=collator,
+                      generator=torch.Generator().manual_seed(seed))
+
+
+def collator_finetune_class():
+    """A Hugging Face BertForMaskedLM fine-tune in Lightning, its embeddings frozen in eval mode, recording losses;
+    with ``plugin=True`` it also holds ``MaskedLMDenoiser(self.model, tokenizer=tok)``."""
+    import lightning as L
+    from transformers import BertConfig, BertForMaskedLM
+
+    from mlm_dynamics import MaskedLMDenoiser
+
+    class CollatorFineTune(L.LightningModule):
+        def __init__(self, tokenizer, *, plugin: bool):
+            super().__init__()
+            config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                intermediate_size=64, max_position_embeddings=64)
+            self.model = BertForMaskedLM(config)
+            self.model.bert.embeddings.requires_grad_(False)
+            self.model.bert.embeddings.eval()  # a frozen part kept in eval mode by the user
+            self.losses: list[float] = []
+            if plugin:
+                self.denoiser = MaskedLMDenoiser(self.model, tokenizer=tokenizer)
+
+        def training_step(self, batch, batch_idx):
+            loss = self.model(**batch).loss
+            self.losses.append(loss.item())
+            return loss
+
+        def validation_step(self, batch, batch_idx):
+            self.log("val/loss", self.model(**batch).loss, batch_size=len(batch["input_ids"]))
+
+        def predict_step(self, batch, batch_idx):
+            return self.model(**batch).loss
+
+        def configure_optimizers(self):
+            return torch.optim.AdamW([p for p in self.parameters() if p.requires_grad], lr=1e-3)
+
+    return CollatorFineTune
+
+
+class EMA:
+    """Exponential moving average with MDLM's interface: ``update``, ``store``, ``copy_to``, ``restore``."""
+
+    def __init__(self, parameters, decay):
+        self.decay = decay
+        self.shadow = [p.detach().clone() for p in parameters]
+        self.collected: list[torch.Tensor] = []
+
+    @torch.no_grad()
+    def update(self, parameters):
+        for shadow, p in zip(self.shadow, parameters, strict=True):
+            shadow.sub_((1 - self.decay) * (shadow - p))
+
+    def store(self, parameters):
+        self.collected = [p.detach().clone() for p in parameters]
+
+    @torch.no_grad()
+    def copy_to(self, parameters):
+        for shadow, p in zip(self.shadow, parameters, strict=True):
+            p.copy_(shadow)
+
+    @torch.no_grad()
+    def restore(self, parameters):
+        for saved, p in zip(self.collected, parameters, strict=True):
+            p.copy_(saved)
+
+
+class TinyDiT(torch.nn.Module):
+    """A masked-diffusion backbone of MDLM's shape, ``forward(x, sigma) -> logits [B, L, V]``, with dropout."""
+
+    def __init__(self, vocab: int = 12, dim: int = 32):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, dim)
+        self.time = torch.nn.Sequential(torch.nn.Linear(1, dim), torch.nn.SiLU())
+        layer = torch.nn.TransformerEncoderLayer(dim, 2, 2 * dim, dropout=0.1, batch_first=True)
+        self.encoder = torch.nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
+        self.out = torch.nn.Linear(dim, vocab)
+
+    def forward(self, x, sigma):
+        return self.out(self.encoder(self.embed(x) + self.time(sigma[:, None, None].float())))
+
+
+def mdlm_style_class():
+    """A LightningModule with the shape of MDLM's ``Diffusion``: ``_process_sigma`` (sigma = 0 without time
+    conditioning), the SUBS parameterization, a log-linear schedule, an EMA updated after each optimizer step and
+    swapped in at validation (store/copy_to in ``on_validation_epoch_start``, restore at its end), ``ema_scope()``
+    for the callbacks' ``weights=``; with ``plugin=True`` it holds ``masked_diffusion(self.backbone, ...)``."""
+    from contextlib import contextmanager
+
+    import lightning as L
+
+    from mlm_dynamics import FullSequenceDenoiser, VocabInfo
+    from mlm_dynamics.models.full_sequence import loglinear_sigma
+
+    class MDLMStyle(L.LightningModule):
+        mask_index = 11
+
+        def __init__(self, *, plugin: bool, time_conditioning: bool = False):
+            super().__init__()
+            self.backbone = TinyDiT()
+            self.time_conditioning = time_conditioning
+            self.ema = EMA(self.backbone.parameters(), decay=0.9)
+            self.losses: list[float] = []
+            if plugin:
+                vocab = VocabInfo(size=12, mask_id=self.mask_index, forbidden_ids=(self.mask_index,))
+                self.denoiser = FullSequenceDenoiser.masked_diffusion(self.backbone, vocab,
+                                                                      time_conditioning=time_conditioning)
+
+        def forward(self, x, sigma):
+            """Log-probabilities (SUBS): the mask id excluded, unmasked positions carry their own token."""
+            if not self.time_conditioning:
+                sigma = torch.zeros_like(sigma)
+            logits = self.backbone(x, sigma)
+            logits[:, :, self.mask_index] += -1e6
+            logits = logits - logits.logsumexp(-1, keepdim=True)
+            unmasked = x != self.mask_index
+            logits[unmasked] = -1e6
+            logits[unmasked, x[unmasked]] = 0
+            return logits
+
+        def training_step(self, batch, batch_idx):
+            t = torch.rand(batch.shape[0], device=batch.device) * (1 - 1e-3) + 1e-3
+            sigma = loglinear_sigma(t)
+            masked = torch.rand(batch.shape, device=batch.device) < (1 - torch.exp(-sigma))[:, None]
+            log_p = self(batch.masked_fill(masked, self.mask_index), sigma).gather(-1, batch[..., None])[..., 0]
+            loss = -(log_p * masked).sum() / masked.sum().clamp_min(1)
+            self.losses.append(loss.item())
+            return loss
+
+        def validation_step(self, batch, batch_idx):
+            pass
+
+        def predict_step(self, batch, batch_idx):
+            return batch
+
+        def optimizer_step(self, *args, **kwargs):
+            super().optimizer_step(*args, **kwargs)
+            self.ema.update(self.backbone.parameters())
+
+        def on_train_epoch_start(self):
+            self.backbone.train()
+
+        def on_validation_epoch_start(self):
+            self.ema.store(self.backbone.parameters())
+            self.ema.copy_to(self.backbone.parameters())
+            self.backbone.eval()
+
+        def on_validation_epoch_end(self):
+            self.ema.restore(self.backbone.parameters())
+
+        @contextmanager
+        def ema_scope(self):
+            self.ema.store(self.backbone.parameters())
+            self.ema.copy_to(self.backbone.parameters())
+            try:
+                yield
+            finally:
+                self.ema.restore(self.backbone.parameters())
+
+        def configure_optimizers(self):
+            return torch.optim.AdamW(self.backbone.parameters(), lr=3e-3)
+
+    return MDLMStyle
+
+
+def fit_fingerprint(trainer, module, root) -> dict:
+    """What a fit leaves behind that the plugin must not change: losses, parameters, optimizer state, the global
+    random state, each submodule's train/eval flag (under ``root``), grad mode."""
+    optimizer = trainer.optimizers[0].state_dict()
+    return {"losses": list(module.losses),
+            "parameters": {k: v.detach().clone() for k, v in root.state_dict().items()},
+            "optimizer": [{k: v.clone() for k, v in state.items()} for state in optimizer["state"].values()],
+            "rng": torch.get_rng_state(),
+            "modes": {name: m.training for name, m in root.named_modules()},
+            "grad_enabled": torch.is_grad_enabled()}
+
+
+def assert_same_fit(bare: dict, observed: dict) -> None:
+    assert bare["losses"] == observed["losses"]  # every per-step loss, exactly
+    assert bare["parameters"].keys() == observed["parameters"].keys()
+    for key, value in bare["parameters"].items():
+        assert torch.equal(value, observed["parameters"][key]), key
+    assert len(bare["optimizer"]) == len(observed["optimizer"])
+    for mine, theirs in zip(bare["optimizer"], observed["optimizer"], strict=True):
+        for key, value in mine.items():
+            assert torch.equal(value, theirs[key]), key
+    assert torch.equal(bare["rng"], observed["rng"])
+    assert bare["modes"] == observed["modes"]
+    assert bare["grad_enabled"] == observed["grad_enabled"]
+
+
+def untyped_embedding(tokens):
+    """A plain function without annotations, as users write them (a LightningCLI file names it by dotted path)."""
+    return torch.nn.functional.one_hot(tokens, 24).float().mean(1)

@@ -54,25 +54,28 @@ def fit(tmp_path, max_steps, ckpt_path=None, cbs=None):
 def test_fit_logs_finite_diagnostics_to_every_logger(tmp_path):
     trainer, module, cbs = fit(tmp_path, max_steps=4)
     metrics = trainer.callback_metrics
-    expected = ["mixing/meeting_time_median", "mixing/censored_fraction", "mixing/lagged/tv_bound_t0",
-                "rectangle/prevalence", "rectangle/abs_r_median", "influence/dobrushin_tau1",
-                "influence/tau_star_sensitivity", "drift/drift_mean", "drift/hamming_to_start", "traps/trap_rate",
-                "traps/margin_mean", "traps/topic/anchor"]
+    expected = ["mixing/{}/meeting_time_median", "mixing/{}/censored_fraction", "mixing/{}/lagged/tv_bound_t0",
+                "rectangle/{}/prevalence", "rectangle/{}/abs_r_median", "influence/{}/dobrushin_tau1",
+                "influence/{}/tau_star_sensitivity", "drift/{}/drift_mean", "drift/{}/hamming_to_start",
+                "traps/{}/trap_rate", "traps/{}/margin_mean", "traps/{}/topic/anchor"]
     for key in expected:
-        assert key in metrics, key
+        for stage in ("train", "val"):  # distinct keys per stage
+            assert key.format(stage) in metrics, key.format(stage)
     for key, value in metrics.items():
         assert math.isfinite(float(value)), key  # censored and unbounded values are reported finite or not logged
         assert "@" not in key, key
-    assert 0 <= float(metrics["mixing/censored_fraction"]) <= 1
-    assert 0 <= float(metrics["rectangle/prevalence"]) <= 1  # a near-uniform fresh BERT has |R| ~ 0
+    assert 0 <= float(metrics["mixing/val/censored_fraction"]) <= 1
+    assert 0 <= float(metrics["rectangle/val/prevalence"]) <= 1  # a near-uniform fresh BERT has |R| ~ 0
     assert [cb.runs for cb in cbs] == [3] * 5  # steps 2 and 4, validation at step 4; never in the sanity check
     assert module.training
     csv_header = (tmp_path / "csv" / "version_0" / "metrics.csv").read_text().splitlines()[0]
-    assert "rectangle/prevalence" in csv_header and "traps/trap_rate" in csv_header
-    assert "rectangle/prevalence" in tensorboard_tags(next((tmp_path / "tb" / "version_0").glob("events.out.*")))
+    assert "rectangle/train/prevalence" in csv_header and "traps/val/trap_rate" in csv_header
+    tags = tensorboard_tags(next((tmp_path / "tb" / "version_0").glob("events.out.*")))
+    assert {"rectangle/train/prevalence", "rectangle/val/prevalence"} <= tags
     run_dir = next((tmp_path / "wandb").glob("offline-run-*"))
-    tables = {path.parent.name + "/" + path.name.split("_")[0] for path in run_dir.glob("files/media/table/*/*.json")}
-    assert {"traps/states", "drift/states", "traps/drift"} <= tables  # state tables and trajectory plots
+    tables = {path.parent.parent.name + "/" + path.parent.name + "/" + path.name.split("_")[0]
+              for path in run_dir.glob("files/media/table/*/*/*.json")}
+    assert {"traps/train/states", "drift/val/states", "traps/val/drift"} <= tables  # state tables, trajectories
 
 
 def test_resume_restores_callback_state(tmp_path):
@@ -81,11 +84,11 @@ def test_resume_restores_callback_state(tmp_path):
     trainer.save_checkpoint(checkpoint)
     saved = torch.load(checkpoint, weights_only=False)["callbacks"]
     drift_state = next(v for k, v in saved.items() if k.startswith("SemanticDrift"))
-    assert drift_state["runs"] == 3 and drift_state["chains"]["step"] == 24
+    assert drift_state["runs"] == 3 and drift_state["probe"]["chains"]["step"] == 24
     _, _, resumed = fit(tmp_path / "again", max_steps=6, ckpt_path=str(checkpoint))
     drift = next(cb for cb in resumed if isinstance(cb, SemanticDrift))
-    assert drift.runs == 4 and drift.chain_state.step == 32  # continued the same chains: 3 runs + 1
-    assert len(drift.monitor.history) == 8
+    assert drift.runs == 4 and drift.probe.chain_state.step == 32  # continued the same chains: 3 runs + 1
+    assert len(drift.probe.monitor.history) == 8
 
 
 def test_meeting_time_metric_agrees_with_the_core_on_the_toy_model():
@@ -98,18 +101,16 @@ def test_meeting_time_metric_agrees_with_the_core_on_the_toy_model():
 
     starts = torch.zeros(64, 4, dtype=torch.long)
     callback = MixingDiagnostics(start_tokens=starts, num_starts=64, max_steps=300, seed=7)
-    metrics = []
-    callback._log = lambda trainer, module, stage, values: metrics.append(values)
-    callback._run(trainer=None, pl_module=ToyModule(), stage="predict")
-    # replay the core with the same seeds
+    metrics = callback.scheduled.run(ToyModule(), potts, stage="predict")
+    # replay the core with the same stream
     generator = torch.Generator().manual_seed(7)
     sites = potts.resampleable_sites(starts)
-    y0 = randomize_sites(potts, starts, sites, generator)
+    y0 = randomize_sites(potts, starts, sites, generator, num_sites=torch.full((64,), 4))
     seed = int(torch.randint(2**62, (1,), generator=generator))
     chains = CoupledGlauberChains(GlauberSampler(potts, 1.0))
-    core = chains.run(chains.init_state(starts, y0, seed=seed, sites=sites), 300)
-    assert metrics[0]["mixing/censored_fraction"] == pytest.approx(core.censored_fraction)
-    assert metrics[0]["mixing/meeting_time_median"] == float(core.quantiles([0.5])[0])
+    core = chains.run(chains.init_state(starts, y0, seed=seed, sites=sites, num_sites=torch.full((64,), 4)), 300)
+    assert metrics["mixing/predict/censored_fraction"] == pytest.approx(core.censored_fraction)
+    assert metrics["mixing/predict/meeting_time_median"] == float(core.quantiles([0.5])[0])
 
 
 def test_rectangle_prevalence_on_the_bundled_mlm(antiberty):
@@ -118,8 +119,8 @@ def test_rectangle_prevalence_on_the_bundled_mlm(antiberty):
 
     starts = torch.tensor([codec.encode(EXAMPLE_ANTIBODIES[1])])
     callback = RectangleTest(start_tokens=starts, num_starts=1, pairs_per_context=2, num_tokens=3, max_distance=2)
-    metrics = callback.measure(denoiser, starts, trainer=None)
-    assert metrics["rectangle/prevalence"] > 0
+    metrics = callback.scheduled.run(denoiser, denoiser, stage="val")
+    assert metrics["rectangle/val/prevalence"] > 0
 
 
 def test_callback_validation_and_denoiser_hook():
@@ -144,13 +145,17 @@ def test_embedders_are_checked_when_fit_starts_and_plain_functions_are_normalise
             self.denoiser = denoiser
 
     with pytest.raises(TypeError, match="hidden_module"):
-        SemanticDrift().setup(None, Module(), "fit")
+        SemanticDrift().on_fit_start(None, Module())
     hooked = SemanticDrift(hidden_module="model.1")
-    hooked.setup(None, Module(), "fit")  # a named submodule with [B, L, H] output will do
-    embedding = ModuleOutputEmbedder(denoiser, "model.1")(torch.randint(9, (3, 5)))
+    hooked.on_fit_start(None, Module())  # a named submodule with [B, L, H] output will do
+    with pytest.raises(ValueError, match=r"hidden_module 'model\.7' is not a submodule"):
+        SemanticDrift(hidden_module="model.7").on_fit_start(None, Module())
+    embedding = ModuleOutputEmbedder("model.1", denoiser)(torch.randint(9, (3, 5)))
     torch.testing.assert_close(embedding.norm(dim=1), torch.ones(3))
     raw = SemanticDrift(embedder=lambda tokens: 7.0 * tokens.float())  # an un-normalised function
-    assert isinstance(raw.embedder, FunctionEmbedder)
-    torch.testing.assert_close(raw.embedder(torch.ones(2, 4, dtype=torch.long)).norm(dim=1), torch.ones(2))
-    with pytest.raises(ValueError, match="not a submodule"):
-        ModuleOutputEmbedder(denoiser, "model.7")
+    assert isinstance(raw.probe.embedder, FunctionEmbedder)
+    torch.testing.assert_close(raw.probe.embedder(torch.ones(2, 4, dtype=torch.long)).norm(dim=1), torch.ones(2))
+    with pytest.raises(ValueError, match="dimension 12, the embedder gives 8"):
+        TrapDetector(hidden_module="model.1", topic_anchors={"t": [[1.0] * 12]}).on_fit_start(None, Module())
+    with pytest.raises(ValueError, match="need a SentenceEmbedder"):
+        TrapDetector(hidden_module="model.1", topic_anchors={"t": ["a sentence"]}).on_fit_start(None, Module())

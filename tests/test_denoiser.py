@@ -316,3 +316,88 @@ def test_remote_code_diffusion_lm_runs_only_when_trusted(tmp_path):
         direct = denoiser.model(tokens.scatter(1, torch.tensor([[2]]), 1)).logits[:, 2]
     allowed = denoiser.vocab.allowed_mask()
     torch.testing.assert_close(logits[0, :, allowed], direct[:, allowed])
+
+
+@pytest.mark.parametrize("time_conditioning", [False, True])
+def test_masked_diffusion_is_exact_against_the_generators_own_log_probabilities(time_conditioning):
+    """MDLM's module gives log-probabilities ``forward(x, sigma)`` (SUBS); the denoiser built with the module's own
+    ``time_conditioning`` reproduces them at the masked positions, for a backbone trained with and without time."""
+    from helpers import mdlm_style_class
+    from mlm_dynamics.models.full_sequence import loglinear_sigma
+    from mlm_dynamics.sampling import tempered_log_probs
+
+    torch.manual_seed(0)
+    module = mdlm_style_class()(plugin=True, time_conditioning=time_conditioning).eval()
+    for p in module.backbone.time.parameters():  # make the time embedding matter
+        torch.nn.init.normal_(p, std=2.0)
+    tokens = torch.randint(11, (3, 10))
+    positions = torch.tensor([[2], [5], [9]])
+    allowed = module.denoiser.vocab.allowed_mask()
+    ours = tempered_log_probs(module.denoiser.conditional_logits(tokens, positions), allowed, 1.0)
+    sigma = loglinear_sigma(torch.full((3,), 1 / 10))  # what an MDLM sampler passes at one masked site of ten
+    with torch.no_grad():
+        theirs = module(tokens.scatter(1, positions, 11), sigma).gather(1, positions[..., None].expand(-1, -1, 12))
+    torch.testing.assert_close(ours[..., :11], theirs[..., :11], atol=1e-5, rtol=1e-5)
+    if not time_conditioning:  # the time-conditioned default would feed sigma > 0 to a backbone trained on 0
+        other = FullSequenceDenoiser.masked_diffusion(module.backbone, module.denoiser.vocab)
+        drifted = tempered_log_probs(other.conditional_logits(tokens, positions), allowed, 1.0)
+        assert (drifted[..., :11] - theirs[..., :11]).abs().max() > 1e-2
+
+
+def test_wrapping_the_model_being_trained_reads_its_ids_from_the_tokenizer_and_changes_nothing():
+    from transformers import AutoTokenizer
+
+    from mlm_dynamics.models import english_mlm_dir
+
+    tokenizer = AutoTokenizer.from_pretrained(english_mlm_dir())
+    model = BertForMaskedLM(BertConfig(**{**SMALL, "vocab_size": len(tokenizer)}))
+    model.bert.embeddings.eval()
+    modes = {name: m.training for name, m in model.named_modules()}
+    denoiser = MaskedLMDenoiser(model, tokenizer=tokenizer)
+    assert {name: m.training for name, m in model.named_modules()} == modes  # no eval(), no copy
+    assert denoiser.model is model
+    vocab = denoiser.vocab
+    assert vocab.mask_id == tokenizer.mask_token_id and vocab.pad_id == tokenizer.pad_token_id
+    assert set(vocab.frame_ids) == {tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id}
+    assert set(tokenizer.all_special_ids) <= set(vocab.forbidden_ids)
+    assert tokenizer.convert_tokens_to_ids("[unused0]") in vocab.forbidden_ids
+    same = MaskedLMDenoiser(model, tokenizer=str(english_mlm_dir()))  # a tokenizer by path, as a config gives it
+    assert same.vocab == vocab
+    with pytest.raises(ValueError, match=r"mask_id: .* pass tokenizer= or mask_id="):
+        MaskedLMDenoiser(model)
+
+
+def test_families_that_cannot_run_head_only_fall_back_or_say_why():
+    torch.manual_seed(0)
+    perceiver = transformers.PerceiverForMaskedLM(transformers.PerceiverConfig(
+        d_model=32, num_latents=8, d_latents=32, num_blocks=1, num_self_attends_per_block=1,
+        num_self_attention_heads=2, num_cross_attention_heads=2, vocab_size=60, max_position_embeddings=64)).eval()
+    with pytest.warns(UserWarning, match="'perceiver' family"):
+        denoiser = MaskedLMDenoiser(perceiver, mask_id=MASK_ID)  # no output embeddings: V from the config
+    tokens, positions = torch.randint(5, 60, (2, 12)), torch.tensor([[1], [7]])
+    with torch.no_grad():
+        full = perceiver(input_ids=tokens.scatter(1, positions, MASK_ID)).logits
+    torch.testing.assert_close(denoiser.conditional_logits(tokens, positions),
+                               full.gather(1, positions[..., None].expand(-1, -1, 60)))
+    xmod = transformers.XmodForMaskedLM(transformers.XmodConfig(**SMALL, pad_token_id=1)).eval()
+    with pytest.raises(ValueError, match="set_default_language"):
+        MaskedLMDenoiser(xmod, mask_id=MASK_ID)
+    xmod.set_default_language("en_XX")
+    with torch.no_grad():
+        full = xmod(input_ids=tokens.scatter(1, positions, MASK_ID)).logits
+    torch.testing.assert_close(MaskedLMDenoiser(xmod, mask_id=MASK_ID).conditional_logits(tokens, positions),
+                               full.gather(1, positions[..., None].expand(-1, -1, 60)))
+
+
+def test_a_head_that_fails_on_the_first_call_falls_back_to_the_full_logits():
+    torch.manual_seed(0)
+    model = FAMILIES["bert"]().eval()
+    denoiser = MaskedLMDenoiser(model, mask_id=MASK_ID)
+    denoiser.head = None  # a family whose head moved: the head-only call breaks
+    tokens, positions = torch.randint(5, 60, (2, 8)), torch.tensor([[1], [3]])
+    with pytest.warns(UserWarning, match="head-only call failed"):
+        logits = denoiser.conditional_logits(tokens, positions)
+    with torch.no_grad():
+        full = model(input_ids=tokens.scatter(1, positions, MASK_ID)).logits
+    torch.testing.assert_close(logits, full.gather(1, positions[..., None].expand(-1, -1, 60)))
+    assert not denoiser.head_only

@@ -14,9 +14,9 @@ from mlm_dynamics.training import MaskedDenoiserModule, tiny_bert_denoiser
 class Recorder(RectangleTest):
     """Records the optimizer step of every run."""
 
-    def measure(self, denoiser, starts, trainer):
+    def _run(self, trainer, pl_module, stage):
         self.steps = [*getattr(self, "steps", []), trainer.global_step]
-        return super().measure(denoiser, starts, trainer)
+        return super()._run(trainer, pl_module, stage)
 
 
 def test_gradient_accumulation_runs_once_per_optimizer_step(tmp_path):
@@ -36,15 +36,16 @@ import json, sys, time
 import lightning as L
 import torch
 from torch.utils.data import DataLoader
-from mlm_dynamics.callbacks import InfluenceProbe, MixingDiagnostics, RectangleTest, SemanticDrift, TrapDetector
+from mlm_dynamics.callbacks import DiagnosticCallback, InfluenceProbe, RectangleTest, SemanticDrift, TrapDetector
+from mlm_dynamics.probes import MeetingTimeProbe
 from mlm_dynamics.training import MaskedDenoiserModule, tiny_bert_denoiser
 
 
-class SlowOnRankOne(MixingDiagnostics):
-    def measure(self, denoiser, starts, trainer):
-        if trainer.global_rank == 1:
+class SlowOnRankOne(MeetingTimeProbe):
+    def measure(self, denoiser, starts, generator):
+        if torch.distributed.get_rank() == 1:
             time.sleep(1.5)  # rank 1 spends the budget first
-        return super().measure(denoiser, starts, trainer)
+        return super().measure(denoiser, starts, generator)
 
 
 def main(out):
@@ -52,7 +53,7 @@ def main(out):
     data = torch.randint(4, 24, (64, 8))
     data[:, 0], data[:, -1] = 1, 2
     common = dict(every_n_train_steps=1, on_validation_end=False, num_starts=2, seed=0)
-    callbacks = [SlowOnRankOne(max_steps=10, budget_seconds=2.0, **common),
+    callbacks = [DiagnosticCallback(SlowOnRankOne(max_steps=10), budget_seconds=2.0, **common),
                  RectangleTest(pairs_per_context=2, num_tokens=3, **common),
                  InfluenceProbe(max_sites=3, temperatures=(1.0, 2.0), **common),
                  SemanticDrift(steps_per_run=4, every=2, **common),

@@ -6,6 +6,7 @@ import pytest
 import yaml
 
 from helpers import tiny_lightning_classes
+from mlm_dynamics.models import english_mlm_dir
 
 
 def test_lightning_cli_builds_every_callback_from_yaml_and_fits(tmp_path):
@@ -24,9 +25,24 @@ def test_lightning_cli_builds_every_callback_from_yaml_and_fits(tmp_path):
         {"class_path": "mlm_dynamics.callbacks.SemanticDrift", "init_args": {**common, "steps_per_run": 4, "every": 2}},
         {"class_path": "mlm_dynamics.callbacks.TrapDetector", "init_args": {
             **common, "steps_per_run": 4, "every": 2, "dwell": 2, "radius": 0.5,
+            "start_tokens": str(tmp_path / "starts.json"),  # this embedder's width is the sequence length
             "embedder": {"class_path": "mlm_dynamics.embedders.FunctionEmbedder",
                          "init_args": {"fn": "torch.atleast_2d"}},  # by class path, rows normalised
             "topic_anchors": {"flat": [[1.0] * 12]}}},
+        {"class_path": "mlm_dynamics.callbacks.SemanticDrift", "init_args": {
+            **common, "steps_per_run": 2, "every": 2, "prefix": "hidden/",
+            "embedder": {"class_path": "mlm_dynamics.embedders.HiddenStateEmbedder"}}},  # bound when fit starts
+        {"class_path": "mlm_dynamics.callbacks.SemanticDrift", "init_args": {
+            **common, "steps_per_run": 2, "every": 2, "prefix": "module/",
+            "embedder": {"class_path": "mlm_dynamics.embedders.ModuleOutputEmbedder",
+                         "init_args": {"module": "model.bert.encoder.layer.0"}}}},
+        {"class_path": "mlm_dynamics.callbacks.SemanticDrift", "init_args": {
+            **common, "steps_per_run": 2, "every": 2, "prefix": "untyped/",
+            "embedder": "helpers.untyped_embedding"}},  # a plain function without annotations
+        {"class_path": "mlm_dynamics.callbacks.TrapDetector", "init_args": {
+            **common, "steps_per_run": 2, "every": 2, "prefix": "text/", "topic_anchors": {"sea": ["the sea"]},
+            "embedder": {"class_path": "mlm_dynamics.embedders.SentenceEmbedder",
+                         "init_args": {"codec": str(english_mlm_dir())}}}},  # a tokenizer by path
     ]
     config = {"trainer": {"max_steps": 4, "accelerator": "cpu", "logger": False, "enable_checkpointing": False,
                           "enable_progress_bar": False, "enable_model_summary": False,
@@ -35,9 +51,10 @@ def test_lightning_cli_builds_every_callback_from_yaml_and_fits(tmp_path):
     module, data = tiny_lightning_classes()
     cli = LightningCLI(module, data, args=["fit", "--config", str(tmp_path / "config.yaml")],
                        save_config_kwargs={"overwrite": True})
-    built = {type(cb).__name__: cb for cb in cli.trainer.callbacks}
-    assert built["MixingDiagnostics"].start_tokens.shape == (2, 12)
-    assert [cb.runs for name, cb in built.items() if name in ("MixingDiagnostics", "RectangleTest",
-                                                               "InfluenceProbe", "SemanticDrift")] == [2] * 4
-    assert "mixing/meeting_time_median" in cli.trainer.callback_metrics
-    assert "traps/topic/flat" in cli.trainer.callback_metrics
+    built = [cb for cb in cli.trainer.callbacks if hasattr(cb, "runs")]
+    assert [len(row) for row in built[0].scheduled.start_tokens] == [12, 12]  # read from the JSON file
+    assert [cb.runs for cb in built] == [2] * len(callbacks)
+    metrics = cli.trainer.callback_metrics
+    for key in ("mixing/train/meeting_time_median", "traps/train/topic/flat", "hidden/drift/train/drift_mean",
+                "module/drift/train/drift_mean", "untyped/drift/train/drift_mean", "text/traps/train/topic/sea"):
+        assert key in metrics, key

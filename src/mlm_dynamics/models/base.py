@@ -28,6 +28,8 @@ class VocabInfo:
         frame_ids: ids that mark structural positions (``[CLS]``, ``[SEP]``, ``[PAD]``); such positions are never
             resampled.
         max_length: the longest ``L`` the model accepts (``None`` when unbounded).
+        pad_id: the id that pads rows of a batch to one length (a frame id: never resampled); ragged start
+            sequences are padded with it (``None``: the model has no padding token).
     """
 
     size: int
@@ -35,6 +37,7 @@ class VocabInfo:
     forbidden_ids: tuple[int, ...] = field(default_factory=tuple)
     frame_ids: tuple[int, ...] = field(default_factory=tuple)
     max_length: int | None = None
+    pad_id: int | None = None
 
     def __post_init__(self) -> None:
         if self.size < 2:
@@ -43,6 +46,9 @@ class VocabInfo:
             ids = getattr(self, name)
             if any(not 0 <= i < self.size for i in ids):
                 raise ValueError(f"VocabInfo.{name} must lie in [0, {self.size}), got {ids}")
+        if self.pad_id is not None and self.pad_id not in self.frame_ids:
+            raise ValueError(f"VocabInfo.pad_id {self.pad_id} must be one of frame_ids {self.frame_ids} (padding is "
+                             "never resampled)")
         if len(set(self.forbidden_ids)) >= self.size:
             raise ValueError("VocabInfo.forbidden_ids forbids every token; nothing could be proposed")
 

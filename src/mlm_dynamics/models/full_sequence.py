@@ -10,7 +10,12 @@ per row; ``-inf`` is accepted at forbidden ids (the mask token, say), which no d
 Time or noise conditioning: ``condition(masked_tokens, positions) -> kwargs`` adds keyword arguments to each call.
 The Glauber convention (:func:`masked_fraction`) is ``t = K / L``, the fraction of positions masked in the call
 (``1 / L`` for single-site updates), mapped through the model's own noise schedule, e.g. MDLM's log-linear
-``sigma(t) = -log(1 - (1 - eps) t)`` (:func:`loglinear_sigma`).
+``sigma(t) = -log(1 - (1 - eps) t)`` (:func:`loglinear_sigma`). A backbone trained without time conditioning
+(MDLM's ``time_conditioning=False``, which feeds ``sigma = 0`` to its backbone) gets ``sigma = 0`` with
+``masked_diffusion(..., time_conditioning=False)``, so the conditionals are the generator's own.
+
+The adapter never changes the model it wraps (no ``.eval()``, no copy): the callbacks switch modes for each run and
+restore them.
 """
 
 from __future__ import annotations
@@ -42,6 +47,15 @@ def time_condition(name: str = "sigma", schedule: Callable[[Tensor], Tensor] | N
     def condition(tokens: Tensor, positions: Tensor) -> dict[str, Tensor]:
         t = masked_fraction(tokens, positions)
         return {name: t if schedule is None else schedule(t)}
+
+    return condition
+
+
+def zero_time(name: str = "sigma") -> Condition:
+    """``condition`` passing ``name = 0`` per row: what a backbone trained without time conditioning sees (MDLM's
+    ``_process_sigma`` zeroes sigma when ``time_conditioning=False``)."""
+    def condition(tokens: Tensor, positions: Tensor) -> dict[str, Tensor]:
+        return {name: torch.zeros(tokens.shape[0], device=tokens.device)}
 
     return condition
 
@@ -108,10 +122,18 @@ class FullSequenceDenoiser(Denoiser):
         return picked.masked_fill(self.forbidden.to(picked.device), 0.0)  # forbidden ids are never read
 
     @classmethod
-    def masked_diffusion(cls, backbone: nn.Module, vocab: VocabInfo, *, time_argument: str = "sigma",
+    def masked_diffusion(cls, backbone: nn.Module, vocab: VocabInfo, *, time_conditioning: bool = True,
+                         time_argument: str = "sigma",
                          schedule: Callable[[Tensor], Tensor] | None = loglinear_sigma) -> FullSequenceDenoiser:
-        """A ``forward(x, sigma)`` masked-diffusion backbone (MDLM/SEDD DiT): ``sigma = schedule(K / L)``."""
-        return cls(backbone, vocab, condition=time_condition(time_argument, schedule))
+        """A ``forward(x, sigma)`` masked-diffusion backbone (MDLM/SEDD DiT).
+
+        ``time_conditioning=True``: ``sigma = schedule(K / L)``, the noise level at which the call's masked fraction
+        is expected. ``time_conditioning=False`` (MDLM's option of the same name): ``sigma = 0``, what such a
+        backbone was trained with. Either way the conditionals equal ``log_softmax`` of the backbone's logits at the
+        masked positions with the mask id excluded, which is MDLM's SUBS parameterization there.
+        """
+        condition = time_condition(time_argument, schedule) if time_conditioning else zero_time(time_argument)
+        return cls(backbone, vocab, condition=condition)
 
     @classmethod
     def from_pretrained_diffusion(cls, name_or_path: str, *, mask_id: int | None = None,
@@ -145,8 +167,10 @@ class FullSequenceDenoiser(Denoiser):
         structural = (tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.cls_token_id,
                       tokenizer.sep_token_id)
         frame = tuple(sorted({i for i in structural if i is not None and i < size}))
-        vocab = VocabInfo(size=size, mask_id=mask, forbidden_ids=tuple(special), frame_ids=frame)
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id in frame else None
+        vocab = VocabInfo(size=size, mask_id=mask, forbidden_ids=tuple(special), frame_ids=frame, pad_id=pad)
         return cls(model.eval(), vocab).to(device), tokenizer
 
 
-__all__ = ["Condition", "FullSequenceDenoiser", "loglinear_sigma", "masked_fraction", "time_condition"]
+__all__ = ["Condition", "FullSequenceDenoiser", "loglinear_sigma", "masked_fraction", "time_condition",
+           "zero_time"]

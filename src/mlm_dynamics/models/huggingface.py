@@ -67,6 +67,33 @@ _WARNED: set[str] = set()
 _PLACEHOLDER = re.compile(r"\[unused\d+\]")
 
 
+HEAD_ONLY_FAMILIES: tuple[str, ...] = tuple(sorted(_LM_HEADS))
+"""The ``config.model_type`` of every family whose LM head :class:`MaskedLMDenoiser` applies at the asked positions
+only (each tested equal to ``model(x).logits`` there)."""
+
+
+def tokenizer_ids(tokenizer: Any) -> dict[str, Any]:
+    """The ids a denoiser needs from a Hugging Face tokenizer: ``mask_id``, ``special_ids`` (never proposed: every
+    special token and BERT-style placeholders ``[unusedN]``), ``frame_ids`` (never resampled: CLS, SEP, PAD, BOS,
+    EOS) and ``pad_id``."""
+    frame = [t for t in (tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id,
+                         tokenizer.bos_token_id, tokenizer.eos_token_id) if t is not None]
+    placeholders = [i for token, i in tokenizer.get_vocab().items() if _PLACEHOLDER.fullmatch(token)]
+    return {"mask_id": tokenizer.mask_token_id, "special_ids": [*tokenizer.all_special_ids, *placeholders],
+            "frame_ids": frame, "pad_id": tokenizer.pad_token_id}
+
+
+def load_tokenizer(name_or_path: str) -> Any:
+    """``AutoTokenizer`` from a local directory or a hub name (see :func:`locate_pretrained`)."""
+    from transformers import AutoTokenizer
+
+    source, local_only = locate_pretrained(name_or_path)
+    try:
+        return AutoTokenizer.from_pretrained(source, local_files_only=local_only)
+    except (OSError, ValueError) as error:
+        raise FileNotFoundError(f"tokenizer {name_or_path!r} could not be loaded: {error}") from None
+
+
 class MaskedLMDenoiser(Denoiser):
     """A Hugging Face ``*ForMaskedLM`` model as a :class:`Denoiser`.
 
@@ -74,41 +101,68 @@ class MaskedLMDenoiser(Denoiser):
     head there only: ``logits = head(encoder(x_masked)[b, P[b, k]])``. Cost: one encoder forward of ``B x L`` plus a
     head of ``B x K`` rows, instead of the ``B x L x V`` logits ``model(x).logits`` would build.
 
-    The head-only path covers BERT, RoBERTa, XLM-R, CamemBERT, DistilBERT, ModernBERT, ELECTRA, ConvBERT,
-    DeBERTa (v1, v2), ALBERT, MPNet, ESM, Megatron-BERT, RoFormer, BigBird, RemBERT, MobileBERT, ERNIE, FNet,
-    Nystromformer, YOSO, MRA, SqueezeBERT, XLM-R-XL, Data2Vec-text, X-MOD and I-BERT (each tested equal to
-    ``model(x).logits`` at the positions). Any other ``*ForMaskedLM`` runs through ``model(x).logits`` (the full
-    ``B x L x V`` logits) with a one-time warning.
+    The head-only path covers the families in :data:`HEAD_ONLY_FAMILIES` (each tested equal to ``model(x).logits``
+    at the positions). Any other ``*ForMaskedLM``, or a family whose head-only call fails, runs through
+    ``model(x).logits`` (the full ``B x L x V`` logits) with a one-time warning.
+
+    The wrapper never changes the model: it does not switch its train/eval mode, move it or copy it, so wrapping the
+    model a LightningModule trains (``MaskedLMDenoiser(self.model, tokenizer=tok)``) measures the weights being
+    trained. Analysis code puts the model in eval mode itself (:meth:`from_pretrained` and the bundled loaders
+    return models in eval mode; the callbacks switch to eval for each run and restore every submodule's mode).
+
+    Args:
+        model: a ``*ForMaskedLM`` model.
+        tokenizer: its tokenizer (or a name/path to load one): ``mask_id``, ``special_ids``, ``frame_ids`` and
+            ``pad_id`` are read from it (:func:`tokenizer_ids`); the arguments below override it.
+        mask_id: the id written into masked positions.
+        special_ids: ids never proposed (the mask id always is).
+        frame_ids: ids of structural positions never resampled (CLS, SEP, PAD).
+        pad_id: padding id, masked out of attention (default: the model config's ``pad_token_id``).
     """
 
     model: Any
     encoder: Any
     head: Head
 
-    def __init__(self, model: Any, *, mask_id: int | None, special_ids: Sequence[int] = (),
-                 frame_ids: Sequence[int] = (), pad_id: int | None = None) -> None:
+    def __init__(self, model: Any, *, tokenizer: Any = None, mask_id: int | None = None,
+                 special_ids: Sequence[int] | None = None, frame_ids: Sequence[int] | None = None,
+                 pad_id: int | None = None) -> None:
         super().__init__()
-        model_type = str(getattr(model.config, "model_type", None))
-        if model_type not in _LM_HEADS and model_type not in _WARNED:
-            _WARNED.add(model_type)
-            warnings.warn(f"model: no head-only path for the {model_type!r} family; using model(x).logits (the full "
-                          f"B x L x V logits). Head-only families: {sorted(_LM_HEADS)}", stacklevel=2)
+        if isinstance(tokenizer, str):
+            tokenizer = load_tokenizer(tokenizer)
+        ids = tokenizer_ids(tokenizer) if tokenizer is not None else {}
+        mask_id = mask_id if mask_id is not None else ids.get("mask_id")
         if mask_id is None:
-            raise ValueError("mask_id: the model/tokenizer defines no mask token, so masked conditionals are undefined")
+            raise ValueError("mask_id: the model/tokenizer defines no mask token, so masked conditionals are "
+                             "undefined; pass tokenizer= or mask_id=")
+        special_ids = special_ids if special_ids is not None else ids.get("special_ids", ())
+        frame_ids = frame_ids if frame_ids is not None else ids.get("frame_ids", ())
+        pad_id = pad_id if pad_id is not None else ids.get("pad_id", getattr(model.config, "pad_token_id", None))
+        model_type = str(getattr(model.config, "model_type", None))
+        if getattr(model.config, "languages", None) and getattr(model.config, "default_language", 1) is None:
+            raise ValueError("model: this X-MOD model has no default language; call "
+                             "model.set_default_language(...) first")
         self.mask_id: int = mask_id
         self.pad_id = pad_id
-        self.model = model.eval()
+        self.model = model
         self.encoder = model.base_model
+        self.model_type = model_type
         self.head_only = model_type in _LM_HEADS
+        self._head_checked = False
         if self.head_only:
             self.head = _LM_HEADS[model_type](model)
+        else:
+            _warn_full_logits(model_type, "no head-only path")
         max_length = getattr(model.config, "max_position_embeddings", None)
         if model_type in _ROBERTA_FAMILY and max_length is not None:
             max_length -= model.config.pad_token_id + 1  # RoBERTa position ids start after the padding index
-        vocab_size = model.get_output_embeddings().out_features
+        output = model.get_output_embeddings()
+        vocab_size = int(output.out_features if output is not None else model.config.vocab_size)
         forbidden = sorted({mask_id, *special_ids} & set(range(vocab_size)))
+        frame = {*frame_ids, *([pad_id] if pad_id is not None else [])} & set(range(vocab_size))
         self.vocab = VocabInfo(size=vocab_size, mask_id=mask_id, forbidden_ids=tuple(forbidden),
-                               frame_ids=tuple(sorted(set(frame_ids))), max_length=max_length)
+                               frame_ids=tuple(sorted(frame)), max_length=max_length,
+                               pad_id=pad_id if pad_id is not None and pad_id < vocab_size else None)
 
     def hidden_states(self, tokens: Tensor) -> Tensor:
         """Last hidden states ``[B, L, H]`` of the encoder; padding (``pad_id``) is masked out of attention, so a
@@ -124,36 +178,52 @@ class MaskedLMDenoiser(Denoiser):
 
     def _masked_logits(self, tokens: Tensor, positions: Tensor) -> Tensor:
         masked = mask_positions(tokens.long(), positions, self.mask_id)
-        if not self.head_only:
-            logits = self.model(input_ids=masked, attention_mask=self._attention(masked)).logits
-            return logits.gather(1, positions[..., None].expand(-1, -1, logits.shape[-1])).float()
-        hidden = self.hidden_states(masked)
-        picked = hidden.gather(1, positions[..., None].expand(-1, -1, hidden.shape[-1]))
-        return self.head(picked).float()
+        if self.head_only:
+            try:
+                hidden = self.hidden_states(masked)
+                picked = hidden.gather(1, positions[..., None].expand(-1, -1, hidden.shape[-1]))
+                logits = self.head(picked).float()
+            except torch.OutOfMemoryError:
+                raise
+            except (AttributeError, TypeError, RuntimeError) as error:
+                if self._head_checked:
+                    raise
+                self.head_only = False  # this model's layout differs from its family's: the full logits serve
+                _warn_full_logits(self.model_type, f"the head-only call failed ({type(error).__name__}: {error})")
+            else:
+                self._head_checked = True
+                return logits
+        logits = self.model(input_ids=masked, attention_mask=self._attention(masked)).logits
+        return logits.gather(1, positions[..., None].expand(-1, -1, logits.shape[-1])).float()
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, *, device: str | torch.device = "cpu",
                         dtype: torch.dtype = torch.float32) -> tuple[MaskedLMDenoiser, TextCodec]:
-        """Load ``AutoModelForMaskedLM`` and ``AutoTokenizer`` from a hub name or local directory.
+        """Load ``AutoModelForMaskedLM`` and ``AutoTokenizer`` from a hub name or local directory, for standalone
+        analysis (the model is new and put in eval mode; to measure a model being trained, wrap that model).
 
         Never proposed: the tokenizer's special tokens and BERT-style placeholder tokens ``[unusedN]``.
         A missing local path, or a hub name that is neither cached nor reachable, raises at once with a clear
         message (see :func:`locate_pretrained`).
         """
-        from transformers import AutoModelForMaskedLM, AutoTokenizer
+        from transformers import AutoModelForMaskedLM
 
+        tokenizer = load_tokenizer(name_or_path)
         source, local_only = locate_pretrained(name_or_path)
         try:
-            tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local_only)
             model = AutoModelForMaskedLM.from_pretrained(source, dtype=dtype, local_files_only=local_only)
         except OSError as error:
             raise FileNotFoundError(f"model {name_or_path!r} could not be loaded: {error}") from None
-        frame = [t for t in (tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id,
-                             tokenizer.bos_token_id, tokenizer.eos_token_id) if t is not None]
-        placeholders = [i for token, i in tokenizer.get_vocab().items() if _PLACEHOLDER.fullmatch(token)]
-        denoiser = cls(model, mask_id=tokenizer.mask_token_id, special_ids=[*tokenizer.all_special_ids, *placeholders],
-                       frame_ids=frame, pad_id=tokenizer.pad_token_id).to(device)
+        denoiser = cls(model.eval(), tokenizer=tokenizer).to(device)
         return denoiser, TextCodec(tokenizer)
+
+
+def _warn_full_logits(model_type: str, reason: str) -> None:
+    message = (f"model: {reason} for the {model_type!r} family; using model(x).logits (the full B x L x V logits). "
+               f"Head-only families: {list(HEAD_ONLY_FAMILIES)}")
+    if message not in _WARNED:  # once per family and reason
+        _WARNED.add(message)
+        warnings.warn(message, stacklevel=3)
 
 
 def locate_pretrained(name_or_path: str) -> tuple[str, bool]:
@@ -188,10 +258,14 @@ def locate_pretrained(name_or_path: str) -> tuple[str, bool]:
 
 
 class TextCodec:
-    """Text <-> ids through a Hugging Face tokenizer (special tokens added on encode, kept out on decode)."""
+    """Text <-> ids through a Hugging Face tokenizer (special tokens added on encode, kept out on decode).
+
+    Args:
+        tokenizer: a tokenizer, or the name/path of one (so configuration files can name it).
+    """
 
     def __init__(self, tokenizer: Any) -> None:
-        self.tokenizer = tokenizer
+        self.tokenizer = load_tokenizer(tokenizer) if isinstance(tokenizer, str) else tokenizer
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text)["input_ids"])

@@ -68,7 +68,7 @@ def antiberty_weights_dir() -> Path:
 
 def load_antiberty(device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
                    num_layers: int | None = None) -> tuple[MaskedLMDenoiser, ResidueCodec]:
-    """The pretrained AntiBERTy MLM as a :class:`MaskedLMDenoiser` plus its residue codec.
+    """The pretrained AntiBERTy MLM as a :class:`MaskedLMDenoiser` (in eval mode) plus its residue codec.
 
     Args:
         num_layers: keep only the first ``num_layers`` encoder layers (a cheaper, still pretrained model for quick
@@ -92,7 +92,7 @@ def load_antiberty(device: str | torch.device = "cpu", dtype: torch.dtype = torc
         model.bert.encoder.layer = model.bert.encoder.layer[:num_layers]
         model.config.num_hidden_layers = num_layers
     codec = ResidueCodec()
-    denoiser = MaskedLMDenoiser(model, mask_id=codec.mask_id, special_ids=range(5),
+    denoiser = MaskedLMDenoiser(model.eval(), mask_id=codec.mask_id, special_ids=range(5),
                                 frame_ids=(codec.pad_id, codec.cls_id, codec.sep_id), pad_id=codec.pad_id)
     return denoiser.to(device), codec
 

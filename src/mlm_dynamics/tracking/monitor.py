@@ -28,7 +28,7 @@ from torch import Tensor
 
 from ..diagnostics.convergence import ess, rhat
 from ..diagnostics.margins import local_margins
-from ..embedders.base import Embedder
+from ..embedders.base import Embedder, as_embedder
 from ..models.base import Denoiser
 from ..sampling.glauber import ChainState
 from .drift import DriftTracker
@@ -43,7 +43,7 @@ class ChainMonitor:
     forgotten them show R-hat well above 1.
 
     Args:
-        embedder: tokens -> normalised embeddings.
+        embedder: tokens -> embeddings; any plain function is wrapped so that its rows are normalised.
         every: observation interval in steps (the embedding cost is paid only then).
         thresholds: drift thresholds whose hitting times are tracked.
         traps: a :class:`~mlm_dynamics.traps.TrapTracker` (``None`` disables trap detection).
@@ -59,6 +59,7 @@ class ChainMonitor:
                  traps: TrapTracker | None = None, topics: TopicAttraction | None = None,
                  margin_denoiser: Denoiser | None = None, temperature: float = 1.0, loggers: Sequence = (),
                  prefix: str = "chains/") -> None:
+        embedder = as_embedder(embedder)  # plain functions get normalised rows, as in the callbacks
         self.drift = DriftTracker(embedder, thresholds=thresholds, every=every)
         self.embedder, self.traps, self.topics = embedder, traps, topics
         self.margin_denoiser, self.temperature = margin_denoiser, temperature
@@ -86,7 +87,7 @@ class ChainMonitor:
         if self.start_tokens is None:
             raise RuntimeError("call start(state) before observe")
         tokens, step = _tokens_and_step(state, step)
-        sites = state.sites if isinstance(state, ChainState) else None
+        sites, counts = (state.sites, state.counts) if isinstance(state, ChainState) else (None, None)
         drift = self.drift.observe(step, tokens)
         if drift is None:
             return None
@@ -111,8 +112,8 @@ class ChainMonitor:
         margin = None
         if self.margin_denoiser is not None:
             if sites is None:
-                sites, _ = self.margin_denoiser.padded_sites(tokens)
-            margins = local_margins(self.margin_denoiser, tokens, sites=sites)
+                sites, counts = self.margin_denoiser.padded_sites(tokens)
+            margins = local_margins(self.margin_denoiser, tokens, sites=sites, num_sites=counts)
             margin = margins.margin.nanmean(1)
             metrics.update({f"{p}{k}": v for k, v in margins.summary(self.temperature).items()})
         if self.traps is not None:

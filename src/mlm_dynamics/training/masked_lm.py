@@ -23,7 +23,6 @@ class MaskedDenoiserModule(L.LightningModule):
         if not 0 < mask_rate < 1:
             raise ValueError(f"mask_rate must lie in (0, 1), got {mask_rate}")
         self.denoiser, self.lr, self.mask_rate = denoiser, lr, mask_rate
-        self.denoiser.train()  # MaskedLMDenoiser starts in eval mode, for sampling
 
     def masked_loss(self, tokens: Tensor) -> tuple[Tensor, Tensor]:
         """Cross-entropy and accuracy at randomly masked positions (at least one per row)."""
@@ -55,12 +54,15 @@ class MaskedDenoiserModule(L.LightningModule):
 
 def tiny_bert_denoiser(vocab_size: int = 24, hidden_size: int = 32, num_layers: int = 2,
                        max_length: int = 64, seed: int = 0) -> MaskedLMDenoiser:
-    """A small randomly initialised BERT masked LM: ids 0-3 are [PAD] [CLS] [SEP] [MASK], the rest are content."""
+    """A small randomly initialised BERT masked LM (in train mode, as built): ids 0-3 are [PAD] [CLS] [SEP] [MASK],
+    the rest are content. The initialisation draws from ``seed`` alone; the caller's global random state is left as
+    it was."""
     from transformers import BertConfig, BertForMaskedLM
 
-    torch.manual_seed(seed)
     config = BertConfig(vocab_size=vocab_size, hidden_size=hidden_size, num_hidden_layers=num_layers,
                         num_attention_heads=2, intermediate_size=2 * hidden_size, max_position_embeddings=max_length,
                         pad_token_id=0)
-    model: nn.Module = BertForMaskedLM(config)
+    with torch.random.fork_rng(devices=[]):  # transformers initialises from the global generator
+        torch.manual_seed(seed)
+        model: nn.Module = BertForMaskedLM(config)
     return MaskedLMDenoiser(model, mask_id=3, special_ids=(0, 1, 2, 3), frame_ids=(0, 1, 2), pad_id=0)

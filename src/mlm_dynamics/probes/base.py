@@ -1,0 +1,248 @@
+"""Scheduled diagnostics, framework-free: what a diagnostic run is, when it happens and what it may touch.
+
+A :class:`Probe` measures one diagnostic on a denoiser from start states (coupled chains, rectangles, influence,
+long-run chains). A :class:`ScheduledProbe` owns everything around it that every training loop needs: the schedule
+(every N optimizer steps, at validation end, at predict end), the start states read from the loop's batches, the
+time budget, the weights to measure (``weights=``: an EMA context), the random stream and the state that a
+checkpoint keeps. The Lightning callbacks (:mod:`mlm_dynamics.callbacks`) are thin adapters over it, as are the
+integrations for other loops; a plain loop calls it directly::
+
+    scheduled = ScheduledProbe(MeetingTimeProbe(max_steps=200), every_n_steps=500)
+    scheduled.prepare(model, denoiser)                    # checks now, not at the first run
+    for step, batch in enumerate(loader, 1):
+        ...                                               # the user's optimizer step
+        scheduled.capture(batch)
+        if scheduled.due(step):
+            metrics = scheduled.run(model, denoiser, stage="train")
+
+**Non-interference.** A run changes nothing the watched loop can see: it happens under :func:`.isolated` (eval
+mode inside, every submodule's own train/eval flag restored, no gradients, the global random state restored), draws
+all its randomness from its own generator (kept in :meth:`ScheduledProbe.state_dict`), and verifies that a
+``weights=`` context put the parameters back. At validation end, when the module has already swapped other weights
+in (an EMA ``store``/``copy_to`` in its ``on_validation_epoch_start``), ``weights=`` is not applied a second time.
+
+**Metric names** are ``{prefix}{group}/{stage}/{name}``: ``mixing/train/meeting_time_median`` for a run every N
+training steps, ``mixing/val/...`` at validation end, ``mixing/predict/...`` at predict end; each value is logged
+once, at the step it was measured (:func:`metric_key_table` lists every name).
+
+**Several processes** (DDP): every rank calls :meth:`ScheduledProbe.run` at the same points; the budget is decided
+on the maximum of the ranks' seconds (an all-reduce), pooled probes (meeting times, rectangles) measure on every
+rank and reduce through torchmetrics, the others run on rank 0 only.
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+import warnings
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ..models.base import Denoiser
+from .isolation import isolated, parameter_checksum
+from .starts import BatchRows, StartStates, TokenRows, batch_rows, load_tokens, pad_rows, placeholder_rows, start_states
+
+STAGES: tuple[str, ...] = ("train", "val", "predict")
+
+Weights = Callable[[Any], AbstractContextManager[Any]]
+
+
+@dataclass(frozen=True)
+class MetricKey:
+    """One logged quantity: ``name`` after ``{group}/{stage}/`` (``{...}`` marks a part filled in per option),
+    what it means, its unit, and when it is logged beyond every run."""
+
+    name: str
+    meaning: str
+    unit: str
+    when: str = ""
+
+
+def derive_seed(generator: torch.Generator) -> int:
+    """A seed for a sampler's own generator, drawn from ``generator`` (the one place probes turn a stream into a
+    seed)."""
+    return int(torch.randint(2**62, (1,), generator=generator))
+
+
+class Probe(abc.ABC):
+    """One diagnostic measured on a denoiser from start states; stateful probes keep their state in
+    :meth:`state_dict`."""
+
+    group: ClassVar[str]
+    pooled: ClassVar[bool] = False  # True: measured on every rank and pooled; False: rank 0 only
+    keys: ClassVar[tuple[MetricKey, ...]]
+
+    def bind(self, denoiser: Denoiser, sample: StartStates) -> None:
+        """Checks and preparation before the first run, on one start row (wrong embedder, anchors of another
+        dimension, a misnamed module fail here, not mid-run). Default: nothing."""
+        del denoiser, sample
+
+    @abc.abstractmethod
+    def measure(self, denoiser: Denoiser, starts: StartStates, generator: torch.Generator) -> dict[str, float]:
+        """The diagnostic's scalars (names without group or stage), drawing only from ``generator``."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        del state
+
+
+class ScheduledProbe:
+    """A probe with its schedule, start states, budget, weights and random stream (see the module docstring).
+
+    Args:
+        probe: the diagnostic.
+        every_n_steps: run every N optimizer steps (``None``: never during training).
+        at_validation, at_predict: run at validation end / predict end.
+        start_tokens: start sequences (a tensor, ragged id lists, or a JSON/YAML file of them); default: the first
+            rows of the latest batch seen by :meth:`capture`.
+        batch_to_tokens: maps a batch of another shape to a token tensor or a mapping with ``input_ids``.
+        num_starts: rows taken from a batch.
+        budget_seconds: stop scheduling once this many seconds of diagnostics were spent (``None``: no budget).
+        seed: seed of the probe's own generator.
+        prefix: prepended to every metric name.
+        weights: ``weights(module)`` returns a context manager under which to measure (e.g. EMA weights); it must
+            leave the parameters as it found them.
+    """
+
+    def __init__(self, probe: Probe, *, every_n_steps: int | None = None, at_validation: bool = True,
+                 at_predict: bool = False, start_tokens: TokenRows | str | None = None,
+                 batch_to_tokens: Callable[[Any], Any] | None = None, num_starts: int = 4,
+                 budget_seconds: float | None = None, seed: int = 0, prefix: str = "",
+                 weights: Weights | None = None) -> None:
+        if every_n_steps is not None and (isinstance(every_n_steps, bool) or not isinstance(every_n_steps, int)
+                                          or every_n_steps < 1):
+            raise ValueError(f"every_n_train_steps must be an integer >= 1 or None, got {every_n_steps!r}")
+        if isinstance(num_starts, bool) or not isinstance(num_starts, int) or num_starts < 1:
+            raise ValueError(f"num_starts must be an integer >= 1, got {num_starts!r}")
+        if budget_seconds is not None and not budget_seconds > 0:
+            raise ValueError(f"budget_seconds must be > 0 or None (no budget), got {budget_seconds}; a budget of "
+                             "zero would never run the diagnostics")
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+            raise ValueError(f"seed must be an integer in [0, 2^63), got {seed!r}")
+        if weights is not None and not callable(weights):
+            raise ValueError(f"weights must be a function of the module returning a context manager, got {weights!r}")
+        self.probe = probe
+        self.every_n_steps, self.at_validation, self.at_predict = every_n_steps, at_validation, at_predict
+        self.start_tokens = load_tokens(start_tokens)
+        self.batch_to_tokens, self.num_starts = batch_to_tokens, num_starts
+        self.budget_seconds, self.prefix, self.weights = budget_seconds, prefix, weights
+        self.generator = torch.Generator().manual_seed(seed)
+        self.runs, self.seconds_used, self.last_step = 0, 0.0, -1
+        self.latest: BatchRows | None = None
+        self.last_metrics: dict[str, float] = {}
+        self._evaluation_weights: torch.Tensor | None = None
+
+    # -- start states ------------------------------------------------------------------------------------------------
+    def capture(self, batch: Any) -> None:
+        """Keep the first rows of ``batch`` as the next run's starts (unless ``start_tokens`` were given)."""
+        if self.start_tokens is None:
+            self.latest = batch_rows(batch, self.num_starts, self.batch_to_tokens)
+
+    def starts(self, denoiser: Denoiser) -> StartStates:
+        """The start states of the next run, on the denoiser's device."""
+        if self.start_tokens is not None:
+            rows = (BatchRows(self.start_tokens) if isinstance(self.start_tokens, torch.Tensor)
+                    else pad_rows(self.start_tokens, denoiser.vocab.pad_id))
+            rows = BatchRows(rows.input_ids[: self.num_starts], None if rows.attention_mask is None
+                             else rows.attention_mask[: self.num_starts])
+        elif self.latest is not None:
+            rows = self.latest
+        else:
+            raise RuntimeError(f"{type(self.probe).__name__}: no start tokens yet (no batch seen and no start_tokens)")
+        return start_states(denoiser, rows)
+
+    # -- schedule ------------------------------------------------------------------------------------------------------
+    def due(self, step: int) -> bool:
+        """Whether optimizer step ``step`` runs the probe; True at most once per step (gradient accumulation calls
+        again with the same step) and never at step 0."""
+        if not self.every_n_steps or step <= 0 or step % self.every_n_steps or step == self.last_step:
+            return False
+        self.last_step = step
+        return True
+
+    def prepare(self, module: nn.Module, denoiser: Denoiser) -> None:
+        """Check everything a run needs before the first one: the denoiser's output shape, the start tokens, and the
+        probe's own options on one start row (:meth:`Probe.bind`), under the same isolation as a run."""
+        rows = self.starts(denoiser) if self.start_tokens is not None else start_states(denoiser,
+                                                                                        placeholder_rows(denoiser))
+        with isolated(module, denoiser, device=denoiser.device):
+            sample = StartStates(rows.tokens[:1], rows.sites[:1], rows.counts[:1])
+            denoiser.conditional_logits(sample.tokens, sample.sites[:, :1])  # raises on a wrong output shape
+            self.probe.bind(denoiser, sample)
+
+    def note_evaluation_start(self, module: nn.Module) -> None:
+        """Call when validation starts, before the module's own hook: remembers the training weights, so that a
+        module that swaps other weights in for validation is recognised at its end (only with ``weights=``)."""
+        self._evaluation_weights = parameter_checksum(module) if self.weights is not None else None
+
+    # -- a run ---------------------------------------------------------------------------------------------------------
+    def run(self, module: nn.Module, denoiser: Denoiser, *, stage: str) -> dict[str, float] | None:
+        """Measure now, isolated (see the module docstring): the metrics under their full names, or ``None`` when
+        the budget is spent or this rank does not measure. Every rank must call it at the same points."""
+        if stage not in STAGES:
+            raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
+        spent = _max_over_ranks(self.seconds_used)
+        if self.budget_seconds is not None and spent >= self.budget_seconds:
+            return None
+        if not self.probe.pooled and _rank() != 0:
+            return None
+        starts = self.starts(denoiser)
+        swapped = (stage == "val" and self._evaluation_weights is not None
+                   and not torch.equal(parameter_checksum(module), self._evaluation_weights))
+        use_weights = self.weights is not None and not swapped
+        started = time.perf_counter()
+        with isolated(module, denoiser, device=denoiser.device):
+            before = parameter_checksum(module) if use_weights else None
+            with self.weights(module) if use_weights and self.weights is not None else nullcontext():
+                metrics = self.probe.measure(denoiser, starts, self.generator)
+            if before is not None and not torch.equal(parameter_checksum(module), before):
+                raise RuntimeError(f"weights: the context of {type(self.probe).__name__} left other parameters in the "
+                                   "module than it found; it must restore them (EMA: store, copy_to, then restore)")
+        self.seconds_used += time.perf_counter() - started
+        self.runs += 1
+        if self.budget_seconds is not None and self.seconds_used >= self.budget_seconds and _rank() == 0:
+            warnings.warn(f"{type(self.probe).__name__}: diagnostics budget of {self.budget_seconds}s spent; no "
+                          "further runs", stacklevel=2)
+        name = f"{self.prefix}{self.probe.group}/{stage}/"
+        self.last_metrics = {f"{name}{key}": value for key, value in metrics.items()}
+        return self.last_metrics
+
+    # -- state ---------------------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"runs": self.runs, "seconds_used": self.seconds_used, "last_step": self.last_step,
+                "rng": self.generator.get_state(), "last_metrics": dict(self.last_metrics),
+                "latest": None if self.latest is None else self.latest.state_dict(),
+                "probe": self.probe.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.runs, self.seconds_used = int(state["runs"]), float(state["seconds_used"])
+        self.last_step = int(state.get("last_step", -1))
+        self.generator.set_state(state["rng"])
+        self.last_metrics = dict(state["last_metrics"])
+        self.latest = None if state.get("latest") is None else BatchRows(**state["latest"])
+        self.probe.load_state_dict(state.get("probe", {}))
+
+
+def _rank() -> int:
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def _max_over_ranks(seconds: float) -> float:
+    """The largest ``seconds`` over the processes of the default group (every rank calls this at the same points)."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return seconds
+    on = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    value = torch.tensor(seconds, dtype=torch.float64, device=on)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return float(value)
+
+
+__all__ = ["STAGES", "MetricKey", "Probe", "ScheduledProbe", "derive_seed"]

@@ -1,0 +1,169 @@
+"""Probes of one run each: meeting times of coupled chains, the rectangle test, influence coefficients."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from ..diagnostics.influence import InfluenceEstimate, check_temperatures, estimate_influence
+from ..diagnostics.meeting import MeetingTimes
+from ..diagnostics.rectangle import RectangleReport, check_rectangle_options, sample_rectangles
+from ..metrics.aggregates import MeetingTimeMetric, RectanglePrevalence
+from ..models.base import Denoiser
+from ..sampling.categorical import check_temperature
+from ..sampling.coupling import CoupledGlauberChains, lagged_meeting_times, randomize_sites
+from ..sampling.glauber import GlauberSampler
+from .base import MetricKey, Probe, derive_seed
+from .starts import StartStates
+
+_MEETING_KEYS = (
+    MetricKey("meeting_time_median", "median steps until a coupled pair (start row, random filling) meets; the "
+              "budget where more than half are censored", "single-site steps"),
+    MetricKey("meeting_time_q90", "90 % quantile of the meeting time (the budget where censored)",
+              "single-site steps"),
+    MetricKey("censored_fraction", "fraction of pairs that had not met within the budget", "fraction"),
+    MetricKey("budget", "steps each pair was followed at most", "single-site steps"),
+    MetricKey("num_pairs", "coupled pairs, pooled over ranks", "count"),
+)
+
+
+def _check_int(name: str, value: object, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    return value
+
+
+class MeetingTimeProbe(Probe):
+    """Maximally coupled Glauber chains from each start row and from a uniformly random filling of its sites.
+
+    Logs :meth:`~mlm_dynamics.diagnostics.MeetingTimes.summary`; with ``lag``, also L-lag meeting times of two
+    independent random fillings of each row and the bounds ``tv_bound_t{t}`` on ``TV(mu_0 P^t, pi)`` for ``mu_0``
+    the uniform filling of the sites. Cost per run: at most ``max_steps`` forwards of ``<= 2 B`` rows (twice with
+    ``lag``). Pooled over ranks.
+    """
+
+    group = "mixing"
+    pooled = True
+    keys = (*_MEETING_KEYS, *(MetricKey(f"lagged/{k.name}", f"L-lag coupling: {k.meaning}", k.unit, "with lag")
+                              for k in _MEETING_KEYS),
+            MetricKey("lagged/tv_bound_t{t}", "L-lag upper bound on TV(mu_0 P^t, pi) after t steps", "probability",
+                      "with lag, for each t in t_values"))
+
+    def __init__(self, *, temperature: float = 1.0, max_steps: int = 200, lag: int | None = None,
+                 t_values: Sequence[int] = (0, 50, 100)) -> None:
+        self.temperature = check_temperature(temperature)
+        self.max_steps = _check_int("max_steps", max_steps, 1)
+        self.lag = None if lag is None else _check_int("lag", lag, 1)
+        if any(isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in t_values):
+            raise ValueError(f"t_values must be integer steps >= 0, got {list(t_values)}")
+        self.t_values = tuple(t_values)
+        self.meeting = MeetingTimeMetric()
+        self.lagged = MeetingTimeMetric(tv_steps=self.t_values) if lag else None
+        self.latest: MeetingTimes | None = None
+
+    def measure(self, denoiser: Denoiser, starts: StartStates, generator: torch.Generator) -> dict[str, float]:
+        sampler = GlauberSampler(denoiser, self.temperature)
+        chains = CoupledGlauberChains(sampler)
+        tokens, sites, counts = starts.tokens, starts.sites, starts.counts
+        y0 = randomize_sites(denoiser, tokens, sites, generator, num_sites=counts)
+        state = chains.init_state(tokens, y0, seed=derive_seed(generator), sites=sites, num_sites=counts)
+        self.latest = chains.run(state, self.max_steps)
+        self.meeting.to(tokens.device).reset()  # states on the model's device, so DDP can gather them
+        self.meeting.update(self.latest)
+        metrics = dict(self.meeting.compute())
+        if self.lagged is not None and self.lag is not None:
+            x0 = randomize_sites(denoiser, tokens, sites, generator, num_sites=counts)
+            y0 = randomize_sites(denoiser, tokens, sites, generator, num_sites=counts)
+            lagged = lagged_meeting_times(sampler, x0, y0, lag=self.lag, max_steps=self.max_steps,
+                                          seed=derive_seed(generator), sites=sites, num_sites=counts)
+            self.lagged.to(tokens.device).reset()
+            self.lagged.update(lagged)
+            metrics.update({f"lagged/{k}": v for k, v in self.lagged.compute().items()})
+        return metrics
+
+
+class RectangleProbe(Probe):
+    """Rectangle statistics on the start rows: prevalence of incompatible conditionals and ``|R|`` quantiles.
+
+    Cost per run: ``B * pairs_per_context * (2 num_tokens + 2)`` forward rows. Pooled over ranks.
+    """
+
+    group = "rectangle"
+    pooled = True
+    keys = (MetricKey("prevalence", "fraction of rectangles whose |R| exceeds the float tolerance: conditionals "
+                                    "that no joint distribution has", "fraction"),
+            MetricKey("abs_r_median", "median |log cross-ratio| R of the rectangles (0 for compatible conditionals)",
+                      "nats"),
+            MetricKey("abs_r_q90", "90 % quantile of |R|", "nats"),
+            MetricKey("tolerance_median", "median float tolerance below which |R| counts as zero", "nats"),
+            MetricKey("num_rectangles", "rectangles, pooled over ranks", "count"))
+
+    def __init__(self, *, pairs_per_context: int = 4, num_tokens: int = 4, max_distance: int | None = None,
+                 temperature: float = 1.0) -> None:
+        check_rectangle_options(pairs_per_context=pairs_per_context, num_tokens=num_tokens, max_distance=max_distance)
+        self.pairs_per_context, self.num_tokens, self.max_distance = pairs_per_context, num_tokens, max_distance
+        self.temperature = check_temperature(temperature)
+        self.prevalence = RectanglePrevalence()
+        self.latest: RectangleReport | None = None
+
+    def measure(self, denoiser: Denoiser, starts: StartStates, generator: torch.Generator) -> dict[str, float]:
+        self.latest = sample_rectangles(denoiser, starts.tokens, pairs_per_context=self.pairs_per_context,
+                                        num_tokens=self.num_tokens, max_distance=self.max_distance,
+                                        temperature=self.temperature, sites=starts.sites, num_sites=starts.counts,
+                                        generator=generator)
+        self.prevalence.to(starts.tokens.device).reset()
+        self.prevalence.update(self.latest)
+        return dict(self.prevalence.compute())
+
+
+class DobrushinProbe(Probe):
+    """Influence coefficients on the first ``max_sites`` sites shared by every start row, over a temperature grid.
+
+    Logs the Dobrushin coefficient per temperature, the grid and sensitivity estimates of tau*, and the implied
+    mixing-time bound. The sums run over the probed sites only and over the sampled replacements, so they are lower
+    estimates of the full Dobrushin sums: a value below 1 is not a certificate (tau* and the bound are optimistic).
+    Cost per run: ``B n (1 + replacements (n - 1))`` forward rows, n = ``max_sites``. Rank 0 only.
+    """
+
+    group = "influence"
+    keys = (MetricKey("dobrushin_tau{t}", "largest estimated column sum of influences at temperature t (a lower "
+                                          "estimate of Dobrushin's coefficient)", "dimensionless",
+                      "for each t in temperatures"),
+            MetricKey("row_sum_max_tau{t}", "largest estimated row sum of influences at temperature t",
+                      "dimensionless", "for each t in temperatures"),
+            MetricKey("mixing_time_bound_tau{t}", "n (log n + log 4) / (1 - alpha) at temperature t, if the "
+                                                  "estimate were the coefficient (not logged where alpha >= 1)",
+                      "single-site steps", "for each t in temperatures"),
+            MetricKey("tau_star", "lowest grid temperature whose estimated coefficient is below 1 (not logged if "
+                                  "none is)", "temperature"),
+            MetricKey("tau_star_sensitivity", "temperature where the logit-sensitivity bound on the coefficient "
+                                              "reaches 1", "temperature"))
+
+    def __init__(self, *, temperatures: Sequence[float] = (0.5, 1.0, 2.0), max_sites: int = 8,
+                 replacements: int = 1) -> None:
+        self.max_sites = _check_int("max_sites", max_sites, 2)
+        self.replacements = _check_int("replacements", replacements, 1)
+        self.temperatures = tuple(check_temperatures(temperatures))
+        self.latest: InfluenceEstimate | None = None
+
+    def measure(self, denoiser: Denoiser, starts: StartStates, generator: torch.Generator) -> dict[str, float]:
+        self.latest = estimate_influence(denoiser, starts.tokens, temperatures=self.temperatures,
+                                         sites=shared_sites(starts)[: self.max_sites],
+                                         replacements=self.replacements, generator=generator)
+        return self.latest.summary()
+
+
+def shared_sites(starts: StartStates) -> torch.Tensor:
+    """Positions resampled in every start row, in order (rows of a padded batch share their first positions)."""
+    valid = torch.arange(starts.sites.shape[1], device=starts.sites.device) < starts.counts[:, None]
+    common = set(starts.sites[0, valid[0]].tolist())
+    for row, keep in zip(starts.sites[1:], valid[1:], strict=True):
+        common &= set(row[keep].tolist())
+    if len(common) < 2:
+        raise ValueError("start_tokens: the start rows share fewer than 2 resampleable positions; influence needs "
+                         "sites common to every row")
+    return torch.tensor(sorted(common), device=starts.sites.device)
+
+
+__all__ = ["DobrushinProbe", "MeetingTimeProbe", "RectangleProbe", "shared_sites"]
