@@ -9,6 +9,8 @@ of each length in one sequence of ``--length`` tokens.
 (b) Cells per second: the whole grid advancing in one batch against a loop that steps each cell on its own.
 (c) Rows saved by compaction: forward rows a sweep spends when met pairs leave the batch, against 2 rows per pair
     and step (an Ising grid run to completion, and the BERT-style grid for ``--steps`` steps).
+(d) Per-pair counter-based streams (what makes a cell's result independent of its neighbours): one grid step with
+    them against the same step drawing from one shared generator.
 
 Usage: python benchmarks/bench_sweep.py [--device cuda --dtype bfloat16 --hidden 768 --layers 12 --pairs 32]
 """
@@ -26,6 +28,7 @@ from mlm_dynamics import GlauberSampler, MaskedLMDenoiser
 from mlm_dynamics.experiments import load_config
 from mlm_dynamics.experiments.sweep import SweepConfig, run_sweep
 from mlm_dynamics.sampling import CoupledGlauberChains
+from mlm_dynamics.sampling.streams import stream_key
 
 
 def build(hidden: int, layers: int, device: str, dtype: torch.dtype) -> tuple[BertForMaskedLM, MaskedLMDenoiser]:
@@ -37,8 +40,10 @@ def build(hidden: int, layers: int, device: str, dtype: torch.dtype) -> tuple[Be
     return model, MaskedLMDenoiser(model, mask_id=MASK_ID, special_ids=range(999))
 
 
-def grid_state(denoiser: MaskedLMDenoiser, cells: list[tuple[float, int]], pairs: int, length: int, seed: int = 0):
-    """Coupled chains of every cell in one batch: rows of cell (tau, n) resample the first n sites of a window."""
+def grid_state(denoiser: MaskedLMDenoiser, cells: list[tuple[float, int]], pairs: int, length: int, seed: int = 0,
+               streams: bool = False):
+    """Coupled chains of every cell in one batch: rows of cell (tau, n) resample the first n sites of a window; with
+    ``streams`` each pair on its own counter-based stream."""
     generator = torch.Generator().manual_seed(seed)
     rows = len(cells) * pairs
     temps = torch.tensor([tau for tau, _ in cells], dtype=torch.float64).repeat_interleave(pairs)
@@ -50,8 +55,9 @@ def grid_state(denoiser: MaskedLMDenoiser, cells: list[tuple[float, int]], pairs
         y0[row, window[row, : counts[row]]] = torch.randint(1000, VOCAB, (int(counts[row]),), generator=generator)
     sampler = GlauberSampler(denoiser, temps)
     chains = CoupledGlauberChains(sampler, freeze_met=True)
+    keys = torch.tensor([stream_key(seed, row) for row in range(rows)], device=denoiser.device) if streams else None
     state = chains.init_state(x0.to(denoiser.device), y0.to(denoiser.device), seed=seed, sites=window,
-                              num_sites=counts)
+                              num_sites=counts, streams=keys)
     return chains, state
 
 
@@ -135,6 +141,18 @@ def main() -> None:
     uncompacted = rows * args.steps
     print(f"    BERT-style grid, {args.steps} steps: {state.rows} of {uncompacted} rows "
           f"({1 - state.rows / uncompacted:.0%} saved; pairs met: {int((state.met_at >= 0).sum())} of {rows // 2})")
+
+    own_chains, own_state = grid_state(denoiser, cells, args.pairs, args.length, streams=True)
+
+    @torch.inference_mode()
+    def own_streams_step() -> None:
+        own_state.met_at.fill_(-1)
+        own_chains.step(own_state)
+        synchronize(args.device)
+
+    shared, own = median_seconds(grid_step, args.repeats), median_seconds(own_streams_step, args.repeats)
+    print(f"(d) one grid step with per-pair streams {own * 1e3:.1f} ms, with one shared generator {shared * 1e3:.1f} "
+          f"ms: {own / shared:.3f}x")
 
 
 if __name__ == "__main__":

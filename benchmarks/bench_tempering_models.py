@@ -49,7 +49,7 @@ from mlm_dynamics.report.html import figure_png
 from mlm_dynamics.sampling import CoupledGlauberChains, ReplicaExchange
 from mlm_dynamics.sampling.coupling import randomize_sites
 from mlm_dynamics.tracking import ChainMonitor, TrapIntervention, TrapTracker
-from mlm_dynamics.tracking.drift import random_fill_distance
+from mlm_dynamics.tracking.drift import random_fill_distances, random_fill_scale
 
 
 class CountingDenoiser(Denoiser):
@@ -204,8 +204,8 @@ def main() -> None:
     def embedder(tokens: Tensor) -> Tensor:
         return hidden(tokens, mask)
 
-    scale = random_fill_distance(embedder, denoiser, tokens, sites, samples=16,
-                                 generator=torch.Generator().manual_seed(args.seed + 2))
+    scale = float(random_fill_scale(random_fill_distances(embedder, denoiser, tokens, sites, samples=16,
+                                                          generator=torch.Generator().manual_seed(args.seed + 2))))
     print(f"{args.model}: {sites.shape[1]} sites, tau={args.temperature}, {args.chains} chains, {args.budget} forward "
           f"rows each; drift scale {scale:.3f}")
     print(f"{'method':>30} | basins | traps | escaped | dwell med | drift | ESS drift/1k | ESS hamming/1k | s")

@@ -1,62 +1,266 @@
-"""The one place for bad inputs: each must give a clear error naming the parameter, never a traceback or a number.
+"""The one table of bad inputs: each ends in one line naming the parameter or file and what was expected (exit 2),
+never a traceback, never a silent acceptance.
 
-Add new cases to the tables below.
+``CLI_CASES`` run the command line in-process: an uncaught exception would fail the test, and stderr must be exactly
+one ``mlm-dynamics: error:`` line (argparse errors: its usage, then one error line). ``LIBRARY_CASES`` call the
+library: the error must be of the named type and name the parameter. Add new cases to the tables.
 """
 
+import json
 import math
+import shutil
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
 
-from mlm_dynamics import GlauberSampler, PairwiseMRFDenoiser, estimate_influence, maximal_coupling, tempered_log_probs
+from mlm_dynamics import (
+    FullSequenceDenoiser,
+    GlauberSampler,
+    PairwiseMRFDenoiser,
+    VocabInfo,
+    estimate_influence,
+    local_margins,
+    maximal_coupling,
+    tempered_log_probs,
+)
 from mlm_dynamics.callbacks import InfluenceProbe, MixingDiagnostics, RectangleTest, SemanticDrift, TrapDetector
 from mlm_dynamics.cli import main
-from mlm_dynamics.sampling import check_temperature
+from mlm_dynamics.experiments.checkpoint import MAGIC
+from mlm_dynamics.sampling import ChainState, ReplicaExchange, check_temperature
 
-QUICK = ["--set", "model.num_layers=1", "--set", "chains.num_chains=2",
-         "--set", "chains.temperatures=[1.0, 2.0]", "--set", "run.num_steps=2",
-         "--set", "coupling.enabled=false", "--set", "rectangle.enabled=false", "--set", "margins.enabled=false",
-         "--set", "influence.enabled=false"]
+QUICK = ["--set", "model.num_layers=1", "--set", "chains.num_chains=2", "--set", "chains.temperatures=[1.0, 2.0]",
+         "--set", "run.num_steps=2", "--set", "coupling.enabled=false", "--set", "rectangle.enabled=false",
+         "--set", "margins.enabled=false", "--set", "influence.enabled=false"]
+TOY_SWEEP = ["--set", "grid.temperatures=[1.0]", "--set", "grid.lengths=[3]", "--set", "grid.pairs=2",
+             "--set", "grid.max_steps=20", "--set", "checkpoint_every=5", "--quiet"]
+ANTIBERTY_SWEEP = ["--set", "model.source=antiberty", "--set", "model.num_layers=1", "--set", "grid.pairs=1",
+                   "--set", "grid.max_steps=1", "--set", "drift.enabled=false", "--set", "influence.enabled=false",
+                   "--set", "rectangle.enabled=false", "--quiet"]
 
-# (overrides, text the error must contain); all are rejected before the model loads unless marked
-CONFIG_CASES = [
-    ("run.record_every=0", "run.record_every"),
-    ("run.record_every=-1", "run.record_every"),
-    ("run.checkpoint_every=-3", "run.checkpoint_every"),
-    ("run.num_steps=0", "run.num_steps"),
-    ("chains.window=[93.5, 100]", "chains.window"),
-    ("chains.window=[9, 3]", "chains.window"),
-    ("chains.seed=abc", "chains.seed"),
-    ("chains.num_chains=0", "chains.num_chains"),
-    ("chains.crop=-1", "chains.crop"),
-    ("chains.crop=4", "chains.crop"),  # no window to crop around
-    ("model.device=foo", "model.device"),
-    ("model.source=nowhere", "model.source"),
-    ("model.num_layers=0", "model.num_layers"),
-    ("sampler.temperature=true", "sampler.temperature"),
-    ("sampler.temperature=0", "sampler.temperature"),
-    ("sampler.temperature=.nan", "sampler.temperature"),
-    ("sampler.scan=diagonal", "sampler.scan"),
-    ("sampler.top_p=1.5", "sampler.top_p"),
-    ("sampler.bogus=1", "sampler.bogus"),
-    ("coupling.num_pairs=0", "coupling.num_pairs"),
-    ("coupling.max_steps=-1", "coupling.max_steps"),
-    ("rectangle.max_distance=0", "rectangle.max_distance"),
-    ("rectangle.num_tokens=1", "rectangle.num_tokens"),
-    ("influence.max_sites=1", "influence.max_sites"),
-    ("influence.num_contexts=0", "influence.num_contexts"),
-    ("influence.temperatures=[]", "influence.temperatures"),
-    ("influence.temperatures=[1.0, -2.0]", "influence.temperatures"),
+
+def tiny_bert_dir(root: Path) -> Path:
+    """A small BERT masked LM with its tokenizer, saved as a Hugging Face directory."""
+    from transformers import BertConfig, BertForMaskedLM, BertTokenizer
+
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *[f"w{i}" for i in range(27)]]
+    path = root / "tiny-bert"
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        BertForMaskedLM(BertConfig(vocab_size=32, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                   intermediate_size=32)).save_pretrained(path)
+    BertTokenizer(vocab={w: i for i, w in enumerate(words)}, do_lower_case=False).save_pretrained(path)
+    return path
+
+
+def model_dir(kind: str) -> Callable[[Path], list[str]]:
+    """``run`` on a model directory broken in one way."""
+    def setup(root: Path) -> list[str]:
+        path = tiny_bert_dir(root)
+        weights = path / "model.safetensors"
+        if kind == "empty":
+            shutil.rmtree(path)
+            path.mkdir()
+        elif kind == "unknown type":
+            config = json.loads((path / "config.json").read_text())
+            (path / "config.json").write_text(json.dumps({**config, "model_type": "no-such-family"}))
+        elif kind == "truncated":
+            weights.write_bytes(weights.read_bytes()[:100])
+        elif kind == "huge header":
+            weights.write_bytes((2**40).to_bytes(8, "little") + b"{}")
+        elif kind == "pickled":
+            weights.unlink()
+            torch.save({"hook": print}, path / "pytorch_model.bin")
+        return ["--set", "model.source=huggingface", "--set", f"model.name_or_path={path}",
+                "--set", "chains.sequences=[w1 w2 w3]", "--set", "semantics.enabled=false", *QUICK[2:]]
+    return setup
+
+
+def checkpoint_with(payload_change: str, job: str) -> Callable[[Path], list[str]]:
+    """A real checkpoint of ``job`` in OUT, then resealed by hand (valid magic, hash and fingerprints) with another
+    payload layout; the command resumes from it."""
+    def setup(root: Path) -> list[str]:
+        arguments = ["run", *QUICK] if job == "run" else ["sweep", *TOY_SWEEP]
+        out = root / "out"
+        if job == "run":
+            arguments += ["--set", "run.checkpoint_every=1"]
+        assert main([arguments[0], "--out", str(out), *arguments[1:]]) == 0
+        name = "checkpoint.pt" if job == "run" else "sweep-checkpoint.pt"
+        raw = (out / name).read_bytes()
+        header = json.loads(raw[len(MAGIC):].partition(b"\n")[0])
+        import hashlib
+        import io
+
+        payload = {"something": torch.zeros(2)} if payload_change == "other keys" else {"groups": [{"pairs": 1}]}
+        buffer = io.BytesIO()
+        torch.save(payload, buffer)
+        data = buffer.getvalue()
+        header["sha256"] = hashlib.sha256(data).hexdigest()
+        (out / name).write_bytes(MAGIC + json.dumps(header).encode() + b"\n" + data)
+        return [*arguments[1:], "--resume"]
+    return setup
+
+
+def damaged_checkpoint(kind: str) -> Callable[[Path], list[str]]:
+    """A checkpoint of a quick run, then emptied, truncated or replaced by garbage; the command resumes from it."""
+    def setup(root: Path) -> list[str]:
+        out = root / "out"
+        assert main(["run", "--out", str(out), "--set", "run.checkpoint_every=1", *QUICK]) == 0
+        good = (out / "checkpoint.pt").read_bytes()
+        damaged = {"empty": b"", "truncated": good[: len(good) // 2], "garbage": b"\x80\x04garbage",
+                   "one flipped bit": good[:-40] + bytes([good[-40] ^ 1]) + good[-39:]}[kind]
+        (out / "checkpoint.pt").write_bytes(damaged)
+        return ["--resume", *QUICK]
+    return setup
+
+
+def config_file(content: bytes) -> Callable[[Path], list[str]]:
+    def setup(root: Path) -> list[str]:
+        (root / "config.yaml").write_bytes(content)
+        return ["--config", str(root / "config.yaml")]
+    return setup
+
+
+def directory_as_lock(root: Path) -> list[str]:
+    (root / "out" / ".lock").mkdir(parents=True)  # an unopenable lock file, as one owned by another user
+    return ["--set", "run.num_steps=1"]
+
+
+def unreadable_config(root: Path, monkeypatch) -> list[str]:
+    (root / "config.yaml").write_text("run:\n  num_steps: 3\n")
+    real = Path.read_bytes
+
+    def refuse(self):
+        if self.name == "config.yaml":
+            raise PermissionError(13, "Permission denied")
+        return real(self)
+
+    monkeypatch.setattr(Path, "read_bytes", refuse)
+    return ["--config", str(root / "config.yaml")]
+
+
+# (id, command, arguments or a setup(tmp_path) -> arguments, text the error must contain, needs antiberty)
+CLI_CASES = [
+    ("record_every 0", "run", ["--set", "run.record_every=0"], "run.record_every", False),
+    ("record_every negative", "run", ["--set", "run.record_every=-1"], "run.record_every", False),
+    ("checkpoint_every negative", "run", ["--set", "run.checkpoint_every=-3"], "run.checkpoint_every", False),
+    ("num_steps 0", "run", ["--set", "run.num_steps=0"], "run.num_steps", False),
+    ("window of floats", "run", ["--set", "chains.window=[93.5, 100]"], "chains.window", False),
+    ("window reversed", "run", ["--set", "chains.window=[9, 3]"], "chains.window", False),
+    ("seed not a number", "run", ["--set", "chains.seed=abc"], "chains.seed", False),
+    ("seed above 2^62", "run", ["--set", "chains.seed=9223372036854775808"], "chains.seed", False),
+    ("no chains", "run", ["--set", "chains.num_chains=0"], "chains.num_chains", False),
+    ("negative crop", "run", ["--set", "chains.crop=-1"], "chains.crop", False),
+    ("crop without a window", "run", ["--set", "chains.crop=4"], "chains.crop", False),
+    ("empty sequence", "run", ["--set", "chains.sequences=['']"], "chains.sequences", False),
+    ("unknown device", "run", ["--set", "model.device=foo"], "model.device", False),
+    ("unknown source", "run", ["--set", "model.source=nowhere"], "model.source", False),
+    ("no layers", "run", ["--set", "model.num_layers=0"], "model.num_layers", False),
+    ("boolean temperature", "run", ["--set", "sampler.temperature=true"], "sampler.temperature", False),
+    ("zero temperature", "run", ["--set", "sampler.temperature=0"], "sampler.temperature", False),
+    ("nan temperature", "run", ["--set", "sampler.temperature=.nan"], "sampler.temperature", False),
+    ("unknown scan", "run", ["--set", "sampler.scan=diagonal"], "sampler.scan", False),
+    ("top_p above 1", "run", ["--set", "sampler.top_p=1.5"], "sampler.top_p", False),
+    ("top_p 0", "run", ["--set", "sampler.top_p=0"], "sampler.top_p", False),
+    ("top_k 0", "run", ["--set", "sampler.top_k=0"], "sampler.top_k", False),
+    ("unknown key", "run", ["--set", "sampler.bogus=1"], "sampler.bogus", False),
+    ("no pairs", "run", ["--set", "coupling.num_pairs=0"], "coupling.num_pairs", False),
+    ("negative budget", "run", ["--set", "coupling.max_steps=-1"], "coupling.max_steps", False),
+    ("rectangle distance 0", "run", ["--set", "rectangle.max_distance=0"], "rectangle.max_distance", False),
+    ("one rectangle token", "run", ["--set", "rectangle.num_tokens=1"], "rectangle.num_tokens", False),
+    ("one influence site", "run", ["--set", "influence.max_sites=1"], "influence.max_sites", False),
+    ("no influence contexts", "run", ["--set", "influence.num_contexts=0"], "influence.num_contexts", False),
+    ("no influence temperatures", "run", ["--set", "influence.temperatures=[]"], "influence.temperatures", False),
+    ("negative influence temperature", "run", ["--set", "influence.temperatures=[1.0, -2.0]"],
+     "influence.temperatures", False),
+    ("python tag in --set", "run", ["--set", "chains.seed=!!python/object/apply:os.system [ls]"], "--set", False),
+    ("--set without =", "run", ["--set", "chains.seed"], "--set", False),
+    ("duplicate YAML key", "run", config_file(b"sampler:\n  temperature: 1.0\n  temperature: 2.0\n"),
+     "duplicate key", False),
+    ("malformed YAML", "run", config_file(b"sampler: [unclosed\n"), "not valid YAML", False),
+    ("YAML list", "run", config_file(b"- a\n- b\n"), "mapping", False),
+    ("empty YAML", "run", config_file(b""), "is empty", False),
+    ("comments only", "run", config_file(b"# nothing\n"), "is empty", False),
+    ("binary YAML", "run", config_file(bytes(range(256))), "not UTF-8", False),
+    ("missing config", "run", lambda root: ["--config", str(root / "missing.yaml")], "no such file", False),
+    ("config is a directory", "run", lambda root: ["--config", str(root)], "not a file", False),
+    ("--out is a file", "run", lambda root: (root / "file").write_text("x") and ["--out", str(root / "file")],
+     "not a directory", False),
+    ("--out under a file", "run", lambda root: (root / "file").write_text("x") and ["--out", str(root / "file/sub")],
+     "cannot be created", False),
+    ("--out empty", "run", ["--out", ""], "--out must name a directory", False),
+    ("lock not openable", "run", directory_as_lock, "lock file", False),
+    ("missing model path", "run", ["--set", "model.source=huggingface", "--set", "model.name_or_path=./no/such/model",
+                                   "--set", "chains.sequences=[hello]"], "does not exist", False),
+    ("hub name offline", "run", ["--set", "model.source=huggingface", "--set",
+                                 "model.name_or_path=surely-not-cached/model-xyz", "--set", "chains.sequences=[hello]"],
+     "local", False),
+    ("empty model directory", "run", model_dir("empty"), "no config.json", False),
+    ("unknown model_type", "run", model_dir("unknown type"), "config.json cannot be used", False),
+    ("truncated safetensors", "run", model_dir("truncated"), "damaged", False),
+    ("safetensors header of 2^40 bytes", "run", model_dir("huge header"), "damaged", False),
+    ("pickled weights", "run", model_dir("pickled"), "pickled weights", False),
+    ("--resume without checkpoint", "run", ["--resume", *QUICK], "no checkpoint", True),
+    ("empty checkpoint", "run", damaged_checkpoint("empty"), "not an mlm_dynamics checkpoint", True),
+    ("truncated checkpoint", "run", damaged_checkpoint("truncated"), "corrupted", True),
+    ("garbage checkpoint", "run", damaged_checkpoint("garbage"), "not an mlm_dynamics checkpoint", True),
+    ("flipped bit in a checkpoint", "run", damaged_checkpoint("one flipped bit"), "corrupted", True),
+    ("checkpoint of another layout", "run", checkpoint_with("other keys", "run"), "cannot resume", True),
+    ("resealed sweep checkpoint", "sweep", checkpoint_with("groups", "sweep"), "cannot resume", False),
+    ("window too long", "run", [*QUICK, "--set", "chains.window=[5, 500]"], "chains.window", True),
+    ("unknown residue", "run", [*QUICK, "--set", "chains.sequences=[EVQLXZ]"], "chains.sequences", True),
+    ("unequal lengths", "run", [*QUICK, "--set", "chains.sequences=[EVQL, EVQLV]"], "chains.sequences", True),
+    ("600 residues", "run", [*QUICK, "--set", f"chains.sequences=[{'A' * 600}]"], "chains.sequences", True),
+    ("temperature overflow", "run", [*QUICK, "--set", "chains.temperatures=[1e-310, 1.0]"], "temperature", True),
+    ("sweep --devices 0", "sweep", ["--devices", "0", *TOY_SWEEP], "--devices", False),
+    ("sweep --devices -3", "sweep", ["--devices", "-3", *TOY_SWEEP], "--devices", False),
+    ("window centre 5000", "sweep", [*ANTIBERTY_SWEEP, "--set", "context.window_center=5000"],
+     "context.window_center", True),
+    ("sweep grid longer than the sequence", "sweep", [*ANTIBERTY_SWEEP, "--set", "grid.lengths=[500]"],
+     "grid.lengths", True),
+    ("semantics --resume", "semantics", ["--resume"], "--resume", False),
+    ("rectangle-table --resume", "rectangle-table", ["--resume"], "--resume", False),
 ]
 
 
-@pytest.mark.parametrize(("override", "message"), CONFIG_CASES)
-def test_bad_config_values_are_refused_by_name_before_any_work(tmp_path, capsys, monkeypatch, override, message):
+@pytest.mark.parametrize(("command", "arguments", "message", "antiberty"), [case[1:] for case in CLI_CASES],
+                         ids=[case[0] for case in CLI_CASES])
+def test_bad_command_lines_end_in_one_line_naming_the_parameter(tmp_path, capsys, monkeypatch, command, arguments,
+                                                                 message, antiberty):
+    if antiberty:
+        pytest.importorskip("antiberty")
+    if callable(arguments):
+        arguments = arguments(tmp_path)
+        capsys.readouterr()
+    out = [] if "--out" in arguments else ["--out", str(tmp_path / "out")]
+    try:
+        code = main([command, *out, *arguments])
+    except SystemExit as exit_:  # argparse: its usage, then one error line
+        code = exit_.code
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and lines[0].startswith("usage:") and message in lines[-1], lines
+        return
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2, lines
+    assert len(lines) == 1 and lines[0].startswith("mlm-dynamics: error:") and message in lines[0], lines
+
+
+def test_an_unreadable_config_names_it(tmp_path, capsys, monkeypatch):
+    assert main(["run", "--out", str(tmp_path / "out"), *unreadable_config(tmp_path, monkeypatch)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "cannot be read: Permission denied" in lines[0]
+
+
+def test_config_errors_come_before_the_model_loads(tmp_path, capsys, monkeypatch):
     import mlm_dynamics.experiments.run as job
 
     monkeypatch.setattr(job, "build_model", lambda spec: pytest.fail("the model was loaded"))
-    assert main(["run", "--out", str(tmp_path), "--set", override]) == 2
-    assert message in capsys.readouterr().err
+    for _, command, arguments, _, antiberty in CLI_CASES:
+        if (command == "run" and isinstance(arguments, list) and not antiberty and "--out" not in arguments
+                and "model.source=huggingface" not in arguments):
+            assert main(["run", "--out", str(tmp_path / "out"), *arguments]) == 2, arguments
+            capsys.readouterr()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
@@ -65,107 +269,121 @@ def test_cuda_device_on_a_cpu_machine(tmp_path, capsys):
     assert "no CUDA device" in capsys.readouterr().err
 
 
-def test_bad_files_and_directories(tmp_path, capsys):
-    cases = []
-    duplicate = tmp_path / "dup.yaml"
-    duplicate.write_text("sampler:\n  temperature: 1.0\n  temperature: 2.0\n")
-    malformed = tmp_path / "bad.yaml"
-    malformed.write_text("sampler: [unclosed\n")
-    listed = tmp_path / "list.yaml"
-    listed.write_text("- a\n- b\n")
-    a_file = tmp_path / "file"
-    a_file.write_text("x")
-    cases += [(["--config", str(duplicate)], "duplicate key"), (["--config", str(malformed)], "not valid YAML"),
-              (["--config", str(listed)], "mapping"), (["--config", str(tmp_path / "missing.yaml")], "no such file"),
-              (["--config", str(tmp_path)], "not a file"), (["--out", str(a_file)], "not a directory"),
-              (["--out", str(a_file / "sub")], "cannot be created")]
-    for arguments, message in cases:
-        out = ["--out", str(tmp_path / "out")] if "--out" not in arguments else []
-        assert main(["run", *out, *arguments]) == 2, arguments
-        assert message in capsys.readouterr().err, arguments
+def test_a_checkpoint_write_that_hits_a_file_size_limit_names_the_file(tmp_path):
+    """RLIMIT_FSIZE (as a full disk would) during the first checkpoint write: one line naming the checkpoint, exit 2,
+    and no torn file left in place of a checkpoint."""
+    import subprocess
+    import sys
+    import textwrap
+
+    child = textwrap.dedent(f"""
+        import resource, signal, sys
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails with EFBIG instead of killing the process
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))
+        from mlm_dynamics.cli import main
+        sys.exit(main(["sweep", "--out", {str(tmp_path / 'out')!r}, *{TOY_SWEEP!r}, "--set", "grid.pairs=200",
+                       "--set", "grid.lengths=[40]"]))
+    """)
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=300)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert len(lines) == 1 and "sweep-checkpoint.pt could not be written" in lines[0], lines
+    assert not (tmp_path / "out" / "sweep-checkpoint.pt").exists()
 
 
-def test_missing_model_paths_and_unreachable_hub_names(tmp_path, capsys):
-    for name, message in (("./no/such/model", "does not exist"), ("surely-not-cached/model-xyz", "local")):
-        assert main(["run", "--out", str(tmp_path), "--set", "model.source=huggingface",
-                     "--set", f"model.name_or_path={name}", "--set", "chains.sequences=[hello]"]) == 2
-        assert message in capsys.readouterr().err
-
-
-def test_errors_after_loading_still_name_the_parameter(tmp_path, capsys):
-    pytest.importorskip("antiberty")
-    for override, message in (("chains.window=[5, 500]", "chains.window"),
-                              ("chains.sequences=[EVQLXZ]", "chains.sequences"),
-                              ("chains.sequences=[EVQL, EVQLV]", "chains.sequences"),
-                              ("chains.temperatures=[1e-310, 1.0]", "temperature")):  # logits / tau overflow float64
-        assert main(["run", "--out", str(tmp_path), *QUICK, "--set", override]) == 2, override
-        assert message in capsys.readouterr().err, override
-
-
-def test_resume_refuses_missing_empty_truncated_and_garbage_checkpoints(tmp_path, capsys):
-    pytest.importorskip("antiberty")
-    out = tmp_path / "run"
-    assert main(["run", "--out", str(out), "--resume", *QUICK]) == 2
-    assert "no checkpoint" in capsys.readouterr().err
-    assert main(["run", "--out", str(out), "--set", "run.checkpoint_every=1", *QUICK]) == 0
-    good = (out / "checkpoint.pt").read_bytes()
-    for damaged, message in ((b"", "not an mlm_dynamics checkpoint"), (good[: len(good) // 2], "corrupted"),
-                             (b"\x80\x04garbage", "not an mlm_dynamics checkpoint")):
-        (out / "checkpoint.pt").write_bytes(damaged)
-        assert main(["run", "--out", str(out), "--resume", *QUICK]) == 2
-        error = capsys.readouterr().err
-        assert message in error and str(out / "checkpoint.pt") in error
-
-
-# library calls: (callable, exception type, text the message must contain)
+# library calls: (id, callable, exception type, text the message must contain)
 def _mrf():
     return PairwiseMRFDenoiser.random(3, 3, seed=0)
 
 
+ALLOWED = torch.ones(2, dtype=torch.bool)
 LIBRARY_CASES = [
-    (lambda: maximal_coupling(torch.tensor([[1.0, 1.0, 0.0]]), torch.tensor([[0.0, 1.0, 1.0]]), torch.Generator()),
+    ("coupling rows summing to 2", lambda: maximal_coupling(torch.tensor([[1.0, 1.0, 0.0]]),
+                                                            torch.tensor([[0.0, 1.0, 1.0]]), torch.Generator()),
      ValueError, "sum to 1"),
-    (lambda: maximal_coupling(torch.tensor([[math.inf, 0.0]]), torch.tensor([[0.5, 0.5]]), torch.Generator()),
-     ValueError, "finite"),
-    (lambda: maximal_coupling(torch.tensor([[1, 0]]), torch.tensor([[1, 0]]), torch.Generator()),
-     ValueError, "floating-point"),
-    (lambda: estimate_influence(_mrf(), torch.zeros(1, 3, dtype=torch.long), sites=torch.tensor([0, 0])),
-     ValueError, "distinct"),
-    (lambda: estimate_influence(_mrf(), torch.zeros(0, 3, dtype=torch.long)), ValueError, "contexts"),
-    (lambda: estimate_influence(_mrf(), torch.zeros(1, 3, dtype=torch.long), sites=torch.tensor([0.0, 1.7])),
-     ValueError, "sites must be an integer tensor"),
-    (lambda: estimate_influence(_mrf(), torch.zeros(1, 3, dtype=torch.long), temperatures=[0.0]),
-     ValueError, "temperature"),
-    (lambda: GlauberSampler(_mrf()).init_state(torch.zeros(2, 3), seed=0), ValueError, "tokens must be an integer"),
-    (lambda: GlauberSampler(_mrf()).init_state(torch.zeros(2, 3, dtype=torch.long), seed=0,
-                                               sites=torch.tensor([[0.0, 1.9]] * 2)),
-     ValueError, "sites must be an integer tensor"),
-    (lambda: check_temperature(True), ValueError, "temperature"),
-    (lambda: GlauberSampler(_mrf(), temperature=0.0), ValueError, "temperature"),
-    (lambda: tempered_log_probs(torch.tensor([3e38, -3e38]), torch.ones(2, dtype=torch.bool), 0.5,
-                                dtype=torch.float32), FloatingPointError, "temperature"),
-    (lambda: tempered_log_probs(torch.tensor([1.0, 2.0]), torch.ones(2, dtype=torch.bool), 1e-310,
-                                dtype=torch.float64), FloatingPointError, "temperature"),
-    (lambda: MixingDiagnostics(temperature=0), ValueError, "temperature"),
-    (lambda: MixingDiagnostics(max_steps=-1), ValueError, "max_steps"),
-    (lambda: MixingDiagnostics(lag=0), ValueError, "lag"),
-    (lambda: RectangleTest(num_tokens=1), ValueError, "num_tokens"),
-    (lambda: RectangleTest(pairs_per_context=0), ValueError, "pairs_per_context"),
-    (lambda: InfluenceProbe(temperatures=[0]), ValueError, "temperature"),
-    (lambda: InfluenceProbe(temperatures=[]), ValueError, "temperatures"),
-    (lambda: SemanticDrift(budget_seconds=0), ValueError, "budget_seconds"),
-    (lambda: SemanticDrift(budget_seconds=-5), ValueError, "budget_seconds"),
-    (lambda: SemanticDrift(every=0), ValueError, "every"),
-    (lambda: SemanticDrift(thresholds=[3.0]), ValueError, "thresholds"),
-    (lambda: TrapDetector(topic_threshold=2.0), ValueError, "topic_threshold"),
-    (lambda: TrapDetector(start_tokens=torch.zeros(2, 3)), ValueError, "start_tokens"),
+    ("bf16 coupling rows summing to 2", lambda: maximal_coupling(
+        torch.full((1, 256), 2 / 256, dtype=torch.bfloat16), torch.full((1, 256), 1 / 256, dtype=torch.bfloat16),
+        torch.Generator()), ValueError, "sum to 1"),
+    ("infinite probability", lambda: maximal_coupling(torch.tensor([[math.inf, 0.0]]), torch.tensor([[0.5, 0.5]]),
+                                                      torch.Generator()), ValueError, "finite"),
+    ("integer probabilities", lambda: maximal_coupling(torch.tensor([[1, 0]]), torch.tensor([[1, 0]]),
+                                                       torch.Generator()), ValueError, "floating-point"),
+    ("repeated influence sites", lambda: estimate_influence(_mrf(), torch.zeros(1, 3, dtype=torch.long),
+                                                            sites=torch.tensor([0, 0])), ValueError, "distinct"),
+    ("no contexts", lambda: estimate_influence(_mrf(), torch.zeros(0, 3, dtype=torch.long)), ValueError, "contexts"),
+    ("float sites", lambda: estimate_influence(_mrf(), torch.zeros(1, 3, dtype=torch.long),
+                                               sites=torch.tensor([0.0, 1.7])), ValueError, "sites must be an integer"),
+    ("zero influence temperature", lambda: estimate_influence(_mrf(), torch.zeros(1, 3, dtype=torch.long),
+                                                              temperatures=[0.0]), ValueError, "temperature"),
+    ("float tokens", lambda: GlauberSampler(_mrf()).init_state(torch.zeros(2, 3), seed=0), ValueError,
+     "tokens must be an integer"),
+    ("float chain sites", lambda: GlauberSampler(_mrf()).init_state(torch.zeros(2, 3, dtype=torch.long), seed=0,
+                                                                    sites=torch.tensor([[0.0, 1.9]] * 2)),
+     ValueError, "sites must be an integer"),
+    ("boolean temperature", lambda: check_temperature(True), ValueError, "temperature"),
+    ("zero temperature", lambda: GlauberSampler(_mrf(), temperature=0.0), ValueError, "temperature"),
+    ("boolean top_k", lambda: GlauberSampler(_mrf(), top_k=True), ValueError, "top_k"),
+    ("top_k 0", lambda: tempered_log_probs(torch.zeros(2), ALLOWED, 1.0, top_k=0), ValueError, "top_k"),
+    ("top_p 0", lambda: tempered_log_probs(torch.zeros(2), ALLOWED, 1.0, top_p=0.0), ValueError, "top_p"),
+    ("no allowed token", lambda: tempered_log_probs(torch.zeros(2), torch.zeros(2, dtype=torch.bool), 1.0),
+     ValueError, "allowed"),
+    ("every allowed logit -inf", lambda: tempered_log_probs(torch.tensor([-math.inf, -math.inf]), ALLOWED, 1.0),
+     ValueError, "logits"),
+    ("float32 overflow", lambda: tempered_log_probs(torch.tensor([3e38, -3e38]), ALLOWED, 0.5, dtype=torch.float32),
+     FloatingPointError, "temperature"),
+    ("float64 overflow", lambda: tempered_log_probs(torch.tensor([1.0, 2.0]), ALLOWED, 1e-310, dtype=torch.float64),
+     FloatingPointError, "temperature"),
+    ("denoiser with V + 1 logits", lambda: FullSequenceDenoiser(
+        lambda x: torch.zeros(*x.shape, 7), VocabInfo(size=6, mask_id=5)).conditional_logits(
+        torch.zeros(1, 4, dtype=torch.long), torch.tensor([1])), RuntimeError, "vocab.size is 6"),
+    ("empty margin sites", lambda: local_margins(_mrf(), torch.zeros(1, 3, dtype=torch.long),
+                                                 sites=torch.zeros(1, 0, dtype=torch.long)), ValueError, "sites"),
+    ("swap_every 1.5", lambda: ReplicaExchange(_mrf(), [1.0, 2.0], mode="exact", energy=_mrf().energy,
+                                               swap_every=1.5), ValueError, "swap_every"),
+    ("Ising chain of 0 spins", lambda: PairwiseMRFDenoiser.ising_chain(0, 1.0), ValueError, "n must be"),
+    ("chain state without rng", lambda: ChainState.from_state_dict(
+        {k: v for k, v in GlauberSampler(_mrf()).init_state(torch.zeros(1, 3, dtype=torch.long), seed=0)
+         .state_dict().items() if k != "rng"}), ValueError, "rng"),
+    ("mixing temperature 0", lambda: MixingDiagnostics(temperature=0), ValueError, "temperature"),
+    ("mixing budget -1", lambda: MixingDiagnostics(max_steps=-1), ValueError, "max_steps"),
+    ("mixing budget 2.5", lambda: MixingDiagnostics(max_steps=2.5), ValueError, "max_steps"),
+    ("lag 0", lambda: MixingDiagnostics(lag=0), ValueError, "lag"),
+    ("one rectangle token", lambda: RectangleTest(num_tokens=1), ValueError, "num_tokens"),
+    ("no rectangle pairs", lambda: RectangleTest(pairs_per_context=0), ValueError, "pairs_per_context"),
+    ("influence temperature 0", lambda: InfluenceProbe(temperatures=[0]), ValueError, "temperature"),
+    ("no influence temperatures", lambda: InfluenceProbe(temperatures=[]), ValueError, "temperatures"),
+    ("budget 0", lambda: SemanticDrift(budget_seconds=0), ValueError, "budget_seconds"),
+    ("negative budget", lambda: SemanticDrift(budget_seconds=-5), ValueError, "budget_seconds"),
+    ("every 0", lambda: SemanticDrift(every=0), ValueError, "every"),
+    ("threshold 3", lambda: SemanticDrift(thresholds=[3.0]), ValueError, "thresholds"),
+    ("every_n_train_steps 0", lambda: RectangleTest(every_n_train_steps=0), ValueError, "every_n_train_steps"),
+    ("topic threshold 2", lambda: TrapDetector(topic_threshold=2.0), ValueError, "topic_threshold"),
+    ("float start tokens", lambda: TrapDetector(start_tokens=torch.zeros(2, 3)), ValueError, "start_tokens"),
+    ("flat start tokens", lambda: TrapDetector(start_tokens=[1, 2, 3]), ValueError, "start_tokens"),
 ]
 
 
-@pytest.mark.parametrize(("call", "error", "message"), LIBRARY_CASES)
+@pytest.mark.parametrize(("call", "error", "message"), [case[1:] for case in LIBRARY_CASES],
+                         ids=[case[0] for case in LIBRARY_CASES])
 def test_bad_library_inputs_raise_errors_naming_the_parameter(call, error, message):
     with pytest.raises(error, match=message):
         call()
+
+
+def test_log_probability_outputs_with_minus_infinity_are_accepted():
+    """A denoiser that returns log-probabilities (-inf for tokens of probability 0, as MDLM does) samples: the -inf
+    tokens are never drawn."""
+    vocab = VocabInfo(size=4, mask_id=3, forbidden_ids=(3,))
+
+    def log_probs(x):
+        out = torch.log(torch.tensor([0.5, 0.5, 0.0, 0.0])).expand(*x.shape, 4).clone()
+        return out
+
+    denoiser = FullSequenceDenoiser(log_probs, vocab)
+    state = GlauberSampler(denoiser).init_state(torch.zeros(64, 3, dtype=torch.long), seed=0)
+    for _ in GlauberSampler(denoiser).run(state, 20):
+        pass
+    assert (state.tokens < 2).all()
 
 
 def test_a_module_without_a_denoiser_fails_when_fit_starts():

@@ -86,5 +86,10 @@ def test_landscape_draws_the_pca_projection_one_colour_and_legend_entry_per_grou
         expected = centred[chain == c] @ v[:2].T
         torch.testing.assert_close(drawn.abs(), expected.abs())
     assert lines[0].get_color() == lines[1].get_color() != lines[2].get_color()
-    assert [t.get_text() for t in axes.get_legend().get_texts()] == ["tau=0.5", "tau=2"]
-    assert len(axes.collections[0].get_offsets()) == 2
+    legend = [t.get_text() for t in axes.get_legend().get_texts()]
+    assert legend == ["tau=0.5", "tau=2", "trapped, basin 0", "trapped, basin 1"]  # a legend entry per basin
+    assert [len(c.get_offsets()) for c in axes.collections] == [1, 1]
+    assert len(figure.axes) == 1  # no colour bar
+    single = figures.pca_landscape(embeddings, chain, torch.tensor([-1] * 9 + [0, 0, -1]), ["a", "a", "b"])
+    labels = [t.get_text() for t in single.axes[0].get_legend().get_texts()]
+    assert len(single.axes) == 1 and "trapped, basin 0" in labels  # one basin: a legend, not a colour bar

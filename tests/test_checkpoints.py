@@ -1,6 +1,7 @@
 import io
 import json
 import os
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -37,9 +38,10 @@ def test_a_kill_during_a_checkpoint_write_keeps_the_last_good_checkpoint(tmp_pat
         real_fsync, calls = os.fsync, []
 
         def dying_fsync(descriptor):
-            calls.append(descriptor)
-            if len(calls) == 3:  # two fsyncs per checkpoint: file, directory
-                os.kill(os.getpid(), signal.SIGKILL)
+            if ".checkpoint.pt." in os.readlink(f"/proc/self/fd/{{descriptor}}"):  # a checkpoint's temporary file
+                calls.append(descriptor)
+                if len(calls) == 2:  # the second checkpoint, written but not yet renamed into place
+                    os.kill(os.getpid(), signal.SIGKILL)
             real_fsync(descriptor)
 
         os.fsync = dying_fsync
@@ -118,11 +120,55 @@ def test_sigint_says_where_the_last_checkpoint_is(tmp_path, capsys, monkeypatch)
         return real_step(self, state)
 
     monkeypatch.setattr(GlauberSampler, "step", interrupted_at_three)
-    assert main(["run", "--out", str(tmp_path), "--set", "run.num_steps=6", "--set", "run.checkpoint_every=2",
-                 *QUICK]) == 130
+    arguments = ["run", "--out", str(tmp_path), "--set", "run.num_steps=6", "--set", "run.checkpoint_every=2", *QUICK]
+    assert main(arguments) == 130
     error = capsys.readouterr().err
-    assert "interrupted at step 3" in error and "step 2" in error and "--resume" in error
+    assert "interrupted at step 3" in error and "step 2" in error
+    assert f"continue with: {shlex.join(['mlm-dynamics', *arguments, '--resume'])}" in error
     assert len(error.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("phase", ["loading the model", "after the last step"])
+def test_an_interrupt_outside_the_stepping_loop_prints_one_line(tmp_path, capsys, monkeypatch, phase):
+    """Ctrl-C while the model loads (nothing saved yet) or while the coupling, rectangle and report run after the
+    chains (the final checkpoint exists): one line, exit 130, and the printed command resumes."""
+    pytest.importorskip("antiberty")
+    import mlm_dynamics.experiments.run as job
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(job, "build_model" if phase == "loading the model" else "run_claims", interrupt)
+    arguments = ["run", "--out", str(tmp_path), "--set", "run.num_steps=4", "--set", "run.checkpoint_every=2", *QUICK]
+    assert main(arguments) == 130
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    if phase == "loading the model":
+        assert "nothing was saved" in lines[0]
+        return
+    assert "last checkpoint at step 4" in lines[0]
+    command = shlex.split(lines[0].split("continue with: ")[1])
+    monkeypatch.undo()
+    assert main(command[1:]) == 0  # the printed command finishes the job
+
+
+def test_sigterm_ends_a_sweep_with_one_line(tmp_path):
+    import signal
+    import time
+
+    out = tmp_path / "out"
+    process = subprocess.Popen([sys.executable, "-m", "mlm_dynamics.cli", "sweep", "--out", str(out), "--quiet",
+                                "--set", "grid.max_steps=500000", "--set", "grid.temperatures=[0.2]",
+                                "--set", "grid.lengths=[24]", "--set", "checkpoint_every=200",
+                                "--set", "drift.enabled=false"], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (out / "sweep-checkpoint.pt").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    process.send_signal(signal.SIGTERM)
+    _, error = process.communicate(timeout=60)
+    lines = error.strip().splitlines()
+    assert process.returncode == 130 and len(lines) == 1, lines
+    assert "interrupted at step" in lines[0] and "continue with:" in lines[0] and "--resume" in lines[0]
 
 
 def test_chains_saved_on_another_device_type_resume_with_a_reseeded_stream():

@@ -122,7 +122,7 @@ def test_bad_models_and_inputs_raise_clearly():
 def test_nan_logits_raise():
     vocab = VocabInfo(size=6, mask_id=5)
     broken = FullSequenceDenoiser(lambda x: torch.full((*x.shape, 6), float("nan")), vocab)
-    with pytest.raises(FloatingPointError, match="NaN/inf logits"):
+    with pytest.raises(FloatingPointError, match=r"NaN/\+inf logits"):
         broken.conditional_logits(torch.zeros(2, 4, dtype=torch.long), torch.tensor([0, 1]))
     with pytest.raises(ValueError, match="mask_id"):
         FullSequenceDenoiser(lambda x: x, VocabInfo(size=6))

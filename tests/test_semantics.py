@@ -15,7 +15,7 @@ from mlm_dynamics.metrics import (
     MeetingTimeMetric,
     RectanglePrevalence,
 )
-from mlm_dynamics.tracking.drift import DriftTracker, random_fill_distance
+from mlm_dynamics.tracking.drift import DriftTracker, random_fill_distances, random_fill_scale
 from mlm_dynamics.tracking.monitor import ChainMonitor
 from mlm_dynamics.tracking.traps import TopicAttraction, TrapTracker
 
@@ -33,7 +33,7 @@ def test_drift_and_hitting_times_follow_the_definition():
     changed = start.clone()
     changed[0, :2] = 5  # histogram (0.5, ..., 0.5): cosine with e_0 is 1/sqrt(2)
     drift = tracker.observe(2, changed)
-    torch.testing.assert_close(drift, torch.tensor([1 - 1 / math.sqrt(2), 0.0]))
+    torch.testing.assert_close(drift, torch.tensor([1 - 1 / math.sqrt(2), 0.0], dtype=torch.float64))
     tracker.observe(4, torch.full((2, 4), 7))
     low, high = tracker.hitting_times()
     assert low.times.tolist() == [2, 4] and not low.censored.any()
@@ -51,13 +51,21 @@ def test_random_fill_distance_changes_only_the_sites():
     def site(position):
         return FunctionEmbedder(lambda t: F.one_hot(t[:, position], 4).float())
 
+    def scale(embedder, samples, **kwargs):
+        return random_fill_scale(random_fill_distances(embedder, model, tokens, sites, samples=samples,
+                                                       generator=generator), **kwargs)
+
     # An embedder blind to the site sees no change at all.
-    assert random_fill_distance(site(1), model, tokens, sites, samples=8, generator=generator) == 0.0
+    assert float(scale(site(1), 8)) == 0.0 + 1e-12
     # One-hot of the site: distance 1 unless the uniform draw (4 states) repeats the start, P = 1/4. The median of
     # 4 x 64 draws is 0 only if >= 128 of them repeat it: Binomial(256, 1/4) has mean 64, sd 6.9, so that is 9 sd out.
-    assert random_fill_distance(site(0), model, tokens, sites, samples=64, generator=generator) == 1.0
+    assert float(scale(site(0), 64)) == 1.0
+    # per row: 64 draws each, median 0 only if >= 32 repeat (Binomial(64, 1/4): mean 16, sd 3.5, 4.6 sd out)
+    assert scale(site(0), 64, per_row=True).tolist() == [1.0] * 4
+    # the type-7 median of an even count is the midpoint, not the lower middle value (torch.median)
+    assert float(random_fill_scale(torch.tensor([[0.0], [1.0]]))) == 0.5
     with pytest.raises(ValueError, match="samples"):
-        random_fill_distance(site(0), model, tokens, sites, samples=0, generator=generator)
+        scale(site(0), 0)
 
 
 def test_n_log_n_fit_recovers_the_constant():
@@ -65,10 +73,14 @@ def test_n_log_n_fit_recovers_the_constant():
     times = [2.5 * n * math.log(n) for n in ns]
     slope, r2 = fit_n_log_n(ns, times)
     assert slope == pytest.approx(2.5) and r2 == pytest.approx(1.0)
-    groups = {0.5: {n: MeetingTimes(torch.tensor([t, t]), torch.tensor([False, True]))
+    groups = {0.5: {n: MeetingTimes(torch.tensor([t, t]), torch.tensor([False, n == 64]))
                     for n, t in zip(ns, times, strict=True)}}
     fit = fit_by_temperature(groups)[0.5]
-    assert pytest.approx(2.5) == fit.C and fit.censored_fraction == 0.5
+    assert pytest.approx(2.5) == fit.C and fit.censored_fraction == 1 / 8
+    assert fit.lengths == [8, 16, 32] and fit.slope == pytest.approx(1.0)  # the censored length is left out
+    censored = {n: MeetingTimes(torch.tensor([t]), torch.tensor([True])) for n, t in zip(ns, times, strict=True)}
+    nothing = fit_by_temperature({0.5: censored})[0.5]
+    assert nothing.lengths == [] and math.isnan(nothing.C)
 
 
 def test_trap_tracker_entry_exit_dwell_and_recurrent_basins():

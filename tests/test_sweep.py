@@ -1,6 +1,8 @@
+import itertools
 import json
 import math
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,9 +13,10 @@ from mlm_dynamics.diagnostics import MeetingTimes, fit_n_log_n, fit_scaling, pha
 from mlm_dynamics.experiments import load_config
 from mlm_dynamics.experiments.sweep import SweepConfig, run_sweep
 from mlm_dynamics.models.exact import expected_meeting_times, state_index
-from mlm_dynamics.report import figures
+from mlm_dynamics.report import sweep_figures
 from mlm_dynamics.report.sweep_report import write_sweep_report
 
+ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["grid.temperatures=[0.7, 1.5, 4.0]", "grid.lengths=[2, 3, 4]", "grid.pairs=400", "grid.max_steps=20000",
          "drift.enabled=false", "influence.enabled=false", "checkpoint_every=null", "bootstrap=400"]
 
@@ -35,11 +38,12 @@ def test_ising_sweep_slows_down_as_tau_falls_and_its_c_matches_the_exact_kernel(
         assert means[0] > means[1] > means[2], (n, means)
     for tau in (0.7, 1.5, 4.0):
         exact_c, _ = fit_n_log_n([2, 3, 4], [exact_mean_meeting_time(n, tau) for n in (2, 3, 4)])
-        fit = result.fits[tau]
+        fit = result.analysis.fits[tau]
         # the bootstrap interval is +-1.96 SE; 4 SE keeps the false alarm rate below 1e-4 per temperature
         standard_error = (fit.C_high - fit.C_low) / (2 * 1.96)
         assert abs(fit.C - exact_c) < 4 * standard_error, (tau, fit.C, exact_c, standard_error)
-    assert result.fits[0.7].C > result.fits[1.5].C > result.fits[4.0].C
+    fits = result.analysis.fits
+    assert fits[0.7].C > fits[1.5].C > fits[4.0].C
 
 
 def test_fit_recovers_a_known_constant_on_synthetic_meeting_times():
@@ -79,33 +83,57 @@ def test_report_json_holds_the_promised_keys_and_the_figures_draw_its_numbers(sm
     on_disk = json.loads((out / "report.json").read_text())
     sweep = on_disk["sweep"]
     for cell in sweep["cells"]:
-        for key in ("temperature", "num_sites", "num_pairs", "meeting_time_median", "meeting_time_q90",
-                    "censored_fraction", "budget"):
+        for key in ("temperature", "num_sites", "num_pairs", "meeting_time_km_median", "meeting_time_restricted_mean",
+                    "meeting_time_restricted_mean_low", "censored_fraction", "budget", "sites", "meeting_times",
+                    "censored", "start_kinds", "natural-random/meeting_time_restricted_mean",
+                    "random-random/censored_fraction"):
             assert key in cell and cell[key] is not None, key
-    assert {"C", "C_low", "C_high", "r2", "temperature"} <= set(sweep["fit"][0])
-    assert {"num_sites", "temperature", "status"} <= set(sweep["phase_boundary"][0])
-    assert "dobrushin_tau_star" in sweep
-    # the heatmap is the cells' median / (n log n) from report.json
-    values, _ = figures.phase_matrix(result)
+        assert len(cell["sites"]) == cell["num_sites"] and len(cell["meeting_times"]) == 8
+    assert {"C", "C_low", "C_high", "r2", "slope", "slope_low", "temperature", "lengths"} <= set(sweep["fit"][0])
+    assert {"num_sites", "temperature", "status", "low", "high"} <= set(sweep["phase_boundary"][0])
+    assert [c["name"] for c in sweep["claims"]["claims"]] == ["incompatible", "fast_mixing", "boundary_moves_up",
+                                                             "metastable", "dobrushin"]
+    assert sweep["claims"]["claims"][0]["verdict"] == "does not hold"  # the Ising chain's conditionals have a joint
+    # the heatmap is the cells' restricted mean / (n log n) from report.json
+    values, _ = sweep_figures.phase_matrix(result)
     for cell in sweep["cells"]:
         row = [3, 6].index(cell["num_sites"])
         col = [0.5, 2.0].index(cell["temperature"])
-        assert values[row, col] == pytest.approx(cell["meeting_time_median"] / (cell["num_sites"] *
-                                                                                  math.log(cell["num_sites"])))
-    # each survival curve is P(T > t) of the meeting times stored in report.json
-    figure = figures.survival_curves(result)
+        n_log_n = cell["num_sites"] * math.log(cell["num_sites"])
+        assert values[row, col] == pytest.approx(cell["meeting_time_restricted_mean"] / n_log_n)
+    # each Kaplan-Meier step is the fraction of that start kind's pairs (in report.json) not met by then
+    figure = sweep_figures.survival_curves(result)
     stored = {(c["temperature"], c["num_sites"]): c for c in sweep["cells"]}
     for axes, n in zip(figure.axes, [3, 6], strict=True):
-        for line, tau in zip(axes.get_lines(), [0.5, 2.0], strict=True):
+        lines = iter(axes.get_lines())
+        for tau in [0.5, 2.0]:
             cell = stored[(tau, n)]
-            times = torch.tensor(cell["meeting_times"])
-            censored = torch.tensor(cell["censored"])
-            steps = torch.tensor(line.get_xdata())
-            expected = ((times[None, :] > steps[:, None]) | censored[None, :]).float().mean(1)
-            assert torch.allclose(torch.tensor(line.get_ydata()).float(), expected)
+            for kind in ("natural-random", "random-random"):
+                line = next(lines)
+                chosen = torch.tensor([k == kind for k in cell["start_kinds"]])
+                times = torch.tensor(cell["meeting_times"])[chosen]
+                censored = torch.tensor(cell["censored"])[chosen]
+                steps = torch.tensor(line.get_xdata())[1:-1]  # drawn from (0, 1) and extended to the budget
+                expected = ((times[None, :] > steps[:, None]) | censored[None, :]).double().mean(1)
+                assert torch.allclose(torch.tensor(line.get_ydata())[1:-1].double(), expected)
     assert {p.stem for p in (out / "figures").glob("*.png")} == {"phase_diagram", "survival", "scaling_constant",
                                                                  "tv_bounds", "drift"}
     assert (out / "cells.csv").read_text().count("\n") == 1 + 4
+
+
+def test_censored_pairs_report_the_budget_and_are_left_out_of_the_fit(small_sweep):
+    """A censored pair is known to take longer than the budget: it counts at the budget in the restricted mean, and
+    its length is not fitted (the mean there is only a lower bound). Reporting it as 0 would fail here."""
+    result, report, _ = small_sweep
+    censored_cells = [c for c in report["sweep"]["cells"] if any(c["censored"])]
+    assert censored_cells  # tau = 0.5 on 6 spins leaves pairs apart for 300 steps
+    for cell in censored_cells:
+        times = torch.tensor(cell["meeting_times"], dtype=torch.float64)
+        flags = torch.tensor(cell["censored"])
+        assert (times[flags] == cell["budget"]).all()
+        assert cell["meeting_time_restricted_mean"] == pytest.approx(float(times.mean()))
+        fit = result.analysis.fits[cell["temperature"]]
+        assert cell["num_sites"] not in fit.lengths
 
 
 def test_html_report_is_self_contained(small_sweep):
@@ -123,37 +151,141 @@ def test_sweep_cli_resumes_bit_identically_after_an_interrupt(tmp_path, capsys, 
               "--set", "grid.pairs=6", "--set", "grid.max_steps=120", "--set", "checkpoint_every=20",
               "--set", "influence.enabled=false"]
     assert main(["sweep", "--out", str(tmp_path / "whole"), *common]) == 0
-    real = sweep._advance
+    real = sweep.PairGrid.step
 
-    def interrupted(group, step, config):
-        if step == 55:
+    def interrupted(grid):
+        if grid.state.x.step == 54:  # Ctrl-C during step 55
             raise KeyboardInterrupt
-        real(group, step, config)
+        real(grid)
 
-    monkeypatch.setattr(sweep, "_advance", interrupted)
+    monkeypatch.setattr(sweep.PairGrid, "step", interrupted)
     assert main(["sweep", "--out", str(tmp_path / "split"), *common]) == 130
     assert "last checkpoint at step 40" in capsys.readouterr().err
-    monkeypatch.setattr(sweep, "_advance", real)
+    monkeypatch.setattr(sweep.PairGrid, "step", real)
     assert main(["sweep", "--out", str(tmp_path / "split"), "--resume", *common]) == 0
     reports = [json.loads((tmp_path / d / "report.json").read_text())["sweep"] for d in ("whole", "split")]
     assert reports[0]["cells"] == reports[1]["cells"] and reports[0]["fit"] == reports[1]["fit"]
 
 
-def test_cells_sharded_over_two_processes_are_gathered_on_rank_zero(tmp_path):
-    """--devices 2 (Lightning Fabric, gloo on CPU): every cell comes back once, fits are made on the whole grid."""
+def cell_times(cell):
+    return cell.meeting.times.tolist(), cell.meeting.censored.tolist(), cell.kinds.tolist()
+
+
+def test_a_cells_meeting_times_do_not_depend_on_the_rest_of_the_grid():
+    """The cell (0.5, 8) alone, and inside a grid of other temperatures and lengths (whose pairs meet and leave the
+    batch at other times): the same meeting times, censoring flags and start kinds, bit for bit."""
+    common = ["grid.pairs=12", "grid.max_steps=1500", "influence.enabled=false", "rectangle.enabled=false",
+              "checkpoint_every=null", "drift.chains=2"]
+    alone = run_sweep(load_config(SweepConfig, None, [*common, "grid.temperatures=[0.5]", "grid.lengths=[8]"]))
+    grid = run_sweep(load_config(SweepConfig, None, [*common, "grid.temperatures=[0.35, 0.5, 2.0]",
+                                                     "grid.lengths=[4, 8, 16]"]))
+    assert cell_times(alone.cell(0.5, 8)) == cell_times(grid.cell(0.5, 8))
+    for threshold, times in alone.cell(0.5, 8).hitting.items():  # drift chains too
+        assert torch.equal(times.times, grid.cell(0.5, 8).hitting[threshold].times)
+
+
+def test_the_ising_preset_sharded_over_two_processes_finishes_and_equals_one_process(tmp_path):
+    """--devices 2 (Lightning Fabric, gloo on CPU) on the shipped Ising preset returns under a timeout, with every
+    cell once; cells computed alone in this process have the same meeting times bit for bit; the phase diagram is
+    monotone in temperature at each length, and the claims block is there."""
     import subprocess
     import sys
 
     out = tmp_path / "sharded"
     command = [sys.executable, "-m", "mlm_dynamics.cli", "sweep", "--devices", "2", "--quiet", "--out", str(out),
-               "--set", "grid.temperatures=[0.5, 4.0]", "--set", "grid.lengths=[3, 5]", "--set", "grid.pairs=24",
-               "--set", "grid.max_steps=3000", "--set", "drift.enabled=false"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+               "--config", "configs/sweep-ising.yaml"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
-    sweep = json.loads((out / "report.json").read_text())["sweep"]
-    assert sorted((c["temperature"], c["num_sites"]) for c in sweep["cells"]) == [(0.5, 3), (0.5, 5), (4.0, 3),
-                                                                                   (4.0, 5)]
-    assert {f["temperature"] for f in sweep["fit"]} == {0.5, 4.0}
+    report = json.loads((out / "report.json").read_text())
+    sweep = report["sweep"]
+    config = load_config(SweepConfig, ROOT / "configs" / "sweep-ising.yaml")
+    assert sorted((c["temperature"], c["num_sites"]) for c in sweep["cells"]) == sorted(
+        (t, float(n)) for t in config.grid.temperatures for n in config.grid.lengths)
     assert "sharded over 2 processes" in " ".join(sweep["notes"])
-    by_temperature = {f["temperature"]: f["C"] for f in sweep["fit"]}
-    assert by_temperature[0.5] > by_temperature[4.0]
+    for tau, n in ((0.5, 8), (4.0, 32)):
+        alone = run_sweep(load_config(SweepConfig, ROOT / "configs" / "sweep-ising.yaml",
+                                      [f"grid.temperatures=[{tau}]", f"grid.lengths=[{n}]", "influence.enabled=false",
+                                       "rectangle.enabled=false", "lag.enabled=false", "checkpoint_every=null"]))
+        stored = next(c for c in sweep["cells"] if (c["temperature"], c["num_sites"]) == (tau, n))
+        times, censored, _ = cell_times(alone.cell(tau, n))
+        assert (stored["meeting_times"], stored["censored"]) == (times, censored)
+    for n in config.grid.lengths:
+        row = sorted((c["temperature"], c["restricted_mean_over_n_log_n"]) for c in sweep["cells"]
+                     if c["num_sites"] == n)
+        values = [v for _, v in row]
+        assert all(a >= b for a, b in itertools.pairwise(values)), (n, row)
+    verdicts = {c["name"]: c["verdict"] for c in sweep["claims"]["claims"]}
+    assert verdicts["incompatible"] == "does not hold"  # the Ising chain has a joint
+    assert verdicts["fast_mixing"] == "holds" and verdicts["metastable"] == "holds"
+
+
+def children_of(pid: int) -> list[int]:
+    """Process ids whose parent is ``pid`` (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_killing_a_sharded_sweep_leaves_no_worker_behind(tmp_path):
+    """SIGKILL to the launching process only (no chance to clean up): its spawned workers notice and exit."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    command = [sys.executable, "-m", "mlm_dynamics.cli", "sweep", "--devices", "2", "--quiet", "--out",
+               str(tmp_path / "out"), "--set", "grid.max_steps=200000", "--set", "grid.temperatures=[0.25]",
+               "--set", "grid.lengths=[32]", "--set", "drift.enabled=false"]
+    parent = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    workers: list[int] = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(workers) < 2:
+        time.sleep(0.5)
+        workers = [pid for pid in children_of(parent.pid)
+                   if "spawn" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")]
+    assert len(workers) == 2, "the workers did not start"
+    time.sleep(3)  # they are stepping now
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 30
+    alive = workers
+    while time.monotonic() < deadline and alive:
+        time.sleep(0.5)
+        alive = [pid for pid in alive if Path(f"/proc/{pid}").exists() and
+                 "Z" not in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]]
+    for pid in alive:
+        os.kill(pid, signal.SIGKILL)
+    assert not alive, f"workers {alive} outlived the launching process"
+
+
+def test_windows_are_centred_nested_and_checked():
+    from mlm_dynamics.experiments.config import ConfigError
+    from mlm_dynamics.experiments.sweep import centred_windows
+
+    windows = centred_windows(120, 100, [4, 8, 16])
+    assert windows[8] == range(96, 104) and windows[16] == range(92, 108) and windows[4] == range(98, 102)
+    assert centred_windows(120, 100, [8])[8] == windows[8]  # a length's window does not depend on the others
+    assert all(set(windows[a]) <= set(windows[b]) for a, b in ((4, 8), (8, 16)))
+    assert centred_windows(120, None, [8])[8] == range(56, 64)
+    with pytest.raises(ConfigError, match=r"context\.window_center must leave room"):
+        centred_windows(120, 5000, [8])
+    with pytest.raises(ConfigError, match=r"grid\.lengths"):
+        centred_windows(6, None, [8])
+
+
+def test_an_antiberty_cell_resamples_the_same_positions_in_any_grid(antiberty):
+    """n = 8 around CDR-H3 (window_center 100): the same 8 positions alone and in a grid of 4, 8, 16."""
+    common = ["model.source=antiberty", "model.num_layers=1", "grid.pairs=2", "grid.max_steps=1", "grid.starts=["
+              "natural-random]", "context.window_center=100", "drift.enabled=false", "influence.enabled=false",
+              "rectangle.enabled=false", "checkpoint_every=null", "bootstrap=5", "grid.temperatures=[1.0]"]
+    alone = run_sweep(load_config(SweepConfig, None, [*common, "grid.lengths=[8]"]))
+    grid = run_sweep(load_config(SweepConfig, None, [*common, "grid.lengths=[4, 8, 16]"]))
+    assert alone.cell(1.0, 8).sites == grid.cell(1.0, 8).sites == list(range(97, 105))  # [CLS] at position 0
+    assert set(grid.cell(1.0, 4).sites) < set(grid.cell(1.0, 8).sites) < set(grid.cell(1.0, 16).sites)

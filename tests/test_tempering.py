@@ -69,9 +69,9 @@ def test_adaptive_ladder_moves_only_inner_temperatures_during_burn_in(ising):
     exchange = ReplicaExchange(ising, [0.3, 0.4, 3.0, 4.0], energy=ising.energy, adapt_steps=50)
     state = exchange.init_state(torch.zeros(100, 4, dtype=torch.long), seed=4)
     exchange.run(state, 50)
-    adapted = exchange.ladder.clone()
+    adapted = state.ladder.clone()  # the adapted ladder lives in the state (checkpointed with it)
     exchange.run(state, 50)
-    assert torch.equal(exchange.ladder, adapted)  # frozen after adapt_steps
+    assert torch.equal(state.ladder, adapted)  # frozen after adapt_steps
     assert adapted[0] == pytest.approx(0.3) and adapted[-1] == pytest.approx(4.0)
     assert bool((adapted.diff() > 0).all()) and adapted[1] != pytest.approx(0.4)
 

@@ -8,13 +8,18 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import shlex
+import signal
 import sys
+import threading
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from .experiments import ConfigError, OutputLock, RunConfig, RunInterrupted, load_config, run_chains
+from .experiments.checkpoint import checkpoint_step
 from .experiments.distributed import run_sweep_sharded
 from .experiments.rectangles import RectangleTableConfig, run_rectangle_table
 from .experiments.semantics import CaseStudyConfig, run_case_study
@@ -57,6 +62,40 @@ def check_out_dir(out: Path) -> None:
         raise ConfigError(f"--out {out} is not writable")
 
 
+def out_path(text: str) -> Path:
+    """``--out``: a directory name; an empty one would write into the current directory."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("--out must name a directory, got an empty string")
+    return Path(text)
+
+
+CHECKPOINTS = {"run": "checkpoint.pt", "sweep": "sweep-checkpoint.pt"}
+
+
+def interrupted_line(args: argparse.Namespace, argv: list[str], detail: str) -> str:
+    """One line after Ctrl-C or SIGTERM: where it happened, what was saved, the command that continues."""
+    name = CHECKPOINTS.get(args.command)
+    found = [] if name is None else [args.out / name, *sorted(args.out.glob(f"shards/rank*/{name}"))]
+    saved = [(path, checkpoint_step(path)) for path in found if path.is_file()]
+    if not saved:
+        keep = {"run": " (set run.checkpoint_every to keep progress)", "sweep": " (set checkpoint_every)"}
+        return f"mlm-dynamics: interrupted{detail}; nothing was saved to resume from{keep.get(args.command, '')}"
+    path, step = saved[0]
+    where = f"last checkpoint at step {step}: {path}" if len(saved) == 1 else \
+        f"{len(saved)} shards keep their last checkpoints under {args.out / 'shards'}"
+    command = shlex.join(["mlm-dynamics", *argv, *([] if args.resume else ["--resume"])])
+    return f"mlm-dynamics: interrupted{detail}; {where}; continue with: {command}"
+
+
+def one_line(text: str) -> str:
+    """A message on one line (YAML and transformers errors span several)."""
+    return "; ".join(" ".join(line.split()) for line in text.splitlines() if line.strip())
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM ends a job like Ctrl-C: one line, exit 130
+
+
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="mlm-dynamics", description=__doc__.split("\n")[0])
     commands = root.add_subparsers(dest="command", required=True)
@@ -65,54 +104,79 @@ def parser() -> argparse.ArgumentParser:
                                   epilog="config keys (set in --config YAML or with --set key=value):\n"
                                          + "\n".join(config_keys(schema)))
         job.add_argument("--config", type=Path, default=None, help="YAML config (default: the built-in defaults)")
-        job.add_argument("--out", type=Path, default=Path(f"runs/{name}"), help="output directory")
+        job.add_argument("--out", type=out_path, default=Path(f"runs/{name}"), help="output directory")
         job.add_argument("--resume", action="store_true", help="continue from the checkpoint in OUT")
         job.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                          help="override a config value, e.g. --set sampler.temperature=0.5")
         job.add_argument("--quiet", action="store_true", help="no progress bars")
         if name == "sweep":
             job.add_argument("--devices", type=int, default=1,
-                             help="shard the cells over N processes (Lightning Fabric; GPUs or CPU cores)")
+                             help="shard the cells over N processes per node (Lightning Fabric; GPUs or CPU cores)")
+            job.add_argument("--num-nodes", type=int, default=1,
+                             help="nodes of a cluster run started by its launcher (srun, torchrun); rank 0 merges")
     return root
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser().parse_args(argv)
     torch.set_num_threads(min(torch.get_num_threads(), 16))
     schema = JOBS[args.command][0]
+    previous = signal.signal(signal.SIGTERM, _interrupt) if threading.current_thread() is threading.main_thread() \
+        else None
     try:
+        if args.resume and args.command not in CHECKPOINTS:
+            raise ConfigError(f"--resume: the {args.command} job keeps no checkpoint (it takes a few minutes); run it "
+                              "again without --resume")
         config: Any = load_config(schema, args.config, args.overrides)
         check_out_dir(args.out)
-        with OutputLock(args.out):
-            if args.command == "run":
-                result = run_chains(config, args.out, resume=args.resume)
-                write_run_report(result, args.out)
-                summary = run_summary(result)
-            elif args.command == "rectangle-table":
-                table = run_rectangle_table(config)
-                write_rectangle_table(config, table, args.out)
-                summary = rectangle_table_summary(table)
-            elif args.command == "semantics":
-                studied = run_case_study(config)
-                write_semantics_report(studied, args.out)
-                summary = semantics_summary(studied)
-            else:
-                if args.devices > 1:
-                    swept = run_sweep_sharded(config, args.out, devices=args.devices, resume=args.resume,
-                                              progress=not args.quiet)
-                else:
-                    swept = run_sweep(config, args.out, resume=args.resume, progress=not args.quiet)
-                write_sweep_report(swept, args.out)
-                summary = sweep_summary(swept)
+        cluster = getattr(args, "num_nodes", 1) > 1  # every rank of a cluster run writes into the shared --out
+        with nullcontext() if cluster else OutputLock(args.out):
+            summary = _run_job(args, config)
+        if summary is None:  # another rank of a cluster run: global rank 0 writes the report
+            return 0
     except (ValueError, FileNotFoundError, ModuleNotFoundError, FloatingPointError) as error:  # ConfigError too
-        print(f"mlm-dynamics: error: {error}", file=sys.stderr)
+        print(f"mlm-dynamics: error: {one_line(str(error))}", file=sys.stderr)
         return 2
     except RunInterrupted as interrupted:
-        print(f"mlm-dynamics: {interrupted}", file=sys.stderr)
+        print(interrupted_line(args, argv, interrupted.detail), file=sys.stderr)
         return 130
+    except KeyboardInterrupt:
+        print(interrupted_line(args, argv, ""), file=sys.stderr)
+        return 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     print(summary)
     print(f"report: {args.out / 'report.json'}")
     return 0
+
+
+def _run_job(args: argparse.Namespace, config: Any) -> str | None:
+    """Run the job, write its report; the printed summary (``None`` on a cluster rank that does not merge)."""
+    if args.command == "run":
+        result = run_chains(config, args.out, resume=args.resume)
+        write_run_report(result, args.out)
+        return run_summary(result)
+    if args.command == "rectangle-table":
+        table = run_rectangle_table(config)
+        write_rectangle_table(config, table, args.out)
+        return rectangle_table_summary(table)
+    if args.command == "semantics":
+        studied = run_case_study(config)
+        write_semantics_report(studied, args.out)
+        return semantics_summary(studied)
+    if args.devices < 1 or args.num_nodes < 1:
+        raise ConfigError(f"--devices and --num-nodes must be >= 1, got {args.devices}, {args.num_nodes}")
+    if args.devices > 1 or args.num_nodes > 1:
+        swept = run_sweep_sharded(config, args.out, devices=args.devices, num_nodes=args.num_nodes,
+                                  resume=args.resume, progress=not args.quiet)
+        if swept is None:
+            return None
+    else:
+        swept = run_sweep(config, args.out, resume=args.resume, progress=not args.quiet)
+    write_sweep_report(swept, args.out)
+    return sweep_summary(swept)
 
 
 if __name__ == "__main__":

@@ -88,6 +88,8 @@ def local_margins(denoiser: Denoiser, tokens: Tensor, *, sites: Tensor | None = 
     tokens). Cost: ``B n`` forward rows."""
     if sites is None:
         sites = denoiser.resampleable_sites(tokens)
+    if sites.dim() not in (1, 2) or sites.shape[-1] == 0:
+        raise ValueError(f"sites must be [n] or [B, n] positions with n >= 1, got {tuple(sites.shape)}")
     sites = sites.to(tokens.device).expand(tokens.shape[0], -1)
     batch, n = sites.shape
     rows = tokens.repeat_interleave(n, 0)

@@ -18,6 +18,8 @@ import hashlib
 import io
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -62,9 +64,24 @@ def save_checkpoint(path: Path, payload: dict[str, Any], *, fingerprints: dict[s
     torch.save(payload, buffer)
     data = buffer.getvalue()
     header = json.dumps({"sha256": hashlib.sha256(data).hexdigest(), "fingerprint": fingerprints, "step": step})
-    atomic_write(path, MAGIC + header.encode() + b"\n" + data)
+    try:
+        atomic_write(path, MAGIC + header.encode() + b"\n" + data)
+    except OSError as error:  # a full disk, a file-size limit: the previous checkpoint is untouched
+        raise CheckpointError(f"checkpoint {path} could not be written at step {step}: {error.strerror or error}; "
+                              "the previous checkpoint, if any, is kept") from None
     for stale in path.parent.glob(f".{path.name}.*.tmp"):  # torn writes of killed runs (the lock is ours)
         stale.unlink(missing_ok=True)
+
+
+@contextmanager
+def restoring(path: Path) -> Iterator[None]:
+    """Around the code that rebuilds a run from a verified payload: a payload of another layout (a checkpoint of
+    another version, or one resealed by hand) is a :class:`CheckpointError` naming the file, not a KeyError."""
+    try:
+        yield
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, RuntimeError) as error:
+        raise CheckpointError(f"checkpoint {path} holds a payload this version cannot resume ({type(error).__name__}: "
+                              f"{error})") from None
 
 
 def load_checkpoint(path: Path, *, fingerprints: dict[str, str], map_location: torch.device | str = "cpu"
@@ -98,13 +115,23 @@ def load_checkpoint(path: Path, *, fingerprints: dict[str, str], map_location: t
 
 
 class RunInterrupted(Exception):
-    """The run was interrupted (SIGINT); says where the last checkpoint is."""
+    """The run was interrupted (SIGINT, SIGTERM) inside a job; ``detail`` says where (`` at step 55``). The CLI adds
+    what was saved and the command that continues."""
 
-    def __init__(self, step: int, checkpoint: Path | None, checkpoint_step: int | None) -> None:
-        where = (f"last checkpoint at step {checkpoint_step}: {checkpoint} (continue with --resume)"
-                 if checkpoint is not None else "no checkpoint was written (set run.checkpoint_every to keep progress)")
-        super().__init__(f"interrupted at step {step}; {where}")
-        self.step, self.checkpoint, self.checkpoint_step = step, checkpoint, checkpoint_step
+    def __init__(self, detail: str = "") -> None:
+        super().__init__(f"interrupted{detail}")
+        self.detail = detail
+
+
+def checkpoint_step(path: Path) -> int | None:
+    """The step in a checkpoint's header (``None`` if the file is not a readable checkpoint)."""
+    try:
+        with path.open("rb") as handle:
+            if handle.read(len(MAGIC)) != MAGIC:
+                return None
+            return int(json.loads(handle.readline())["step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 class OutputLock:
@@ -116,7 +143,11 @@ class OutputLock:
 
     def __enter__(self) -> OutputLock:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        handle = self.path.open("a+")
+        try:
+            handle = self.path.open("a+")
+        except OSError as error:
+            raise CheckpointError(f"--out {self.path.parent}: its lock file {self.path} cannot be opened "
+                                  f"({error.strerror}); another user's run may hold it, choose another --out") from None
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

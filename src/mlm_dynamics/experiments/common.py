@@ -26,19 +26,29 @@ def build_model(spec: ModelConfig) -> tuple[Denoiser, Codec]:
     if spec.source == "english":
         return load_english_mlm(device=device, dtype=dtype)
     assert spec.name_or_path is not None  # checked by ModelConfig.validate
-    return MaskedLMDenoiser.from_pretrained(spec.name_or_path, device=device, dtype=dtype)
+    try:
+        return MaskedLMDenoiser.from_pretrained(spec.name_or_path, device=device, dtype=dtype)
+    except (FileNotFoundError, ValueError) as error:
+        raise ConfigError(f"model.name_or_path: {error}") from None
 
 
-def start_tokens(sequences: Sequence[str] | None, num_chains: int, codec: Codec) -> Tensor:
-    """``[num_chains, L]`` ids of ``sequences`` cycled over the chains (default: the first bundled antibody)."""
+def start_tokens(sequences: Sequence[str] | None, num_chains: int, codec: Codec, *, max_length: int | None = None,
+                 key: str = "chains.sequences") -> Tensor:
+    """``[num_chains, L]`` ids of ``sequences`` cycled over the chains (default: the first bundled antibody); a
+    ConfigError naming ``key`` for a sequence the codec refuses, of unequal lengths, or longer than ``max_length``
+    tokens (the model's limit)."""
     texts = list(sequences) if sequences is not None else [EXAMPLE_ANTIBODIES[0]]
     try:
         encoded = [codec.encode(text) for text in texts]
     except ValueError as error:
-        raise ConfigError(f"chains.sequences: {error}") from None
+        raise ConfigError(f"{key}: {error}") from None
+    too_long = [len(e) for e in encoded if max_length is not None and len(e) > max_length]
+    if too_long:
+        raise ConfigError(f"{key}: a sequence encodes to {max(too_long)} tokens, above the model's maximum of "
+                          f"{max_length}")
     lengths = sorted({len(e) for e in encoded})
     if len(lengths) != 1:
-        raise ConfigError(f"chains.sequences must encode to equal lengths (chains run as one batch), got {lengths}")
+        raise ConfigError(f"{key} must encode to equal lengths (chains run as one batch), got {lengths}")
     return torch.tensor([encoded[c % len(encoded)] for c in range(num_chains)])
 
 

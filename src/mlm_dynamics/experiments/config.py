@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ..sampling.glauber import SCAN_ORDERS
+from ..sampling.grid import START_KINDS
 
 MODEL_SOURCES = ("antiberty", "english", "huggingface")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -33,6 +34,12 @@ def require(condition: bool, key: str, requirement: str, value: Any) -> None:
     """Raise :class:`ConfigError` ``"{key} must {requirement}, got {value!r}"`` unless ``condition``."""
     if not condition:
         raise ConfigError(f"{key} must {requirement}, got {value!r}")
+
+
+def check_seed(key: str, seed: int) -> None:
+    """A ConfigError naming ``key`` unless ``0 <= seed < 2^62`` (what a torch generator takes, with room for the seeds
+    a job derives from it)."""
+    require(0 <= seed < 2**62, key, "be in [0, 2^62)", seed)
 
 
 def check_device(key: str, device: str) -> torch.device:
@@ -101,8 +108,8 @@ class ChainsConfig:
         return [self.temperatures[c // block] for c in range(self.num_chains)]
 
     def validate(self, key: str = "chains") -> None:
-        require(self.sequences is None or len(self.sequences) > 0, f"{key}.sequences",
-                "be a non-empty list of strings or null", self.sequences)
+        require(self.sequences is None or (len(self.sequences) > 0 and all(s.strip() for s in self.sequences)),
+                f"{key}.sequences", "be a non-empty list of non-empty strings or null", self.sequences)
         require(self.num_chains >= 1, f"{key}.num_chains", "be >= 1", self.num_chains)
         if self.window is not None:
             require(len(self.window) == 2 and 0 <= self.window[0] < self.window[1], f"{key}.window",
@@ -110,7 +117,7 @@ class ChainsConfig:
         if self.crop is not None:
             require(self.crop >= 0, f"{key}.crop", "be >= 0 or null", self.crop)
             require(self.window is not None, f"{key}.crop", "come with a chains.window to crop around", self.crop)
-        require(self.seed >= 0, f"{key}.seed", "be >= 0", self.seed)
+        check_seed(f"{key}.seed", self.seed)
         if self.temperatures is not None:
             _positive_temperatures(f"{key}.temperatures", self.temperatures)
             require(self.num_chains % len(self.temperatures) == 0, f"{key}.num_chains",
@@ -138,11 +145,12 @@ class SamplerConfig:
 
 @dataclass
 class StepsConfig:
-    """Chain length, trajectory recording interval and checkpoint interval (``null``: no checkpoints)."""
+    """Chain length, trajectory recording interval and checkpoint interval (``null``: no checkpoints; checkpoints are
+    written into the job's output directory, so a library call without one writes none)."""
 
     num_steps: int = 200
     record_every: int = 10
-    checkpoint_every: int | None = None
+    checkpoint_every: int | None = 100
 
     def validate(self, key: str = "run") -> None:
         require(self.num_steps >= 1, f"{key}.num_steps", "be >= 1", self.num_steps)
@@ -267,6 +275,167 @@ class RunConfig:
             "record_every": self.run.record_every}
 
 
+TOY_SOURCES = ("ising", "potts")
+DISTANCES = ("hamming", "embedding")
+
+
+@dataclass
+class SweepModelConfig(ModelConfig):
+    """``source``: ``ising``/``potts`` (toy chains of ``n`` sites with ``coupling`` J, ``field`` h, ``states``
+    colours) or a masked LM as in the ``run`` job."""
+
+    source: str = "ising"
+    coupling: float = 1.0
+    field: float = 0.0
+    states: int = 3
+
+    def validate(self, key: str = "model") -> None:
+        sources = (*TOY_SOURCES, *MODEL_SOURCES)
+        require(self.source in sources, f"{key}.source", f"be one of {list(sources)}", self.source)
+        if self.source not in TOY_SOURCES:
+            super().validate(key)
+            return
+        check_device(f"{key}.device", self.device)
+        require(self.states >= 2, f"{key}.states", "be >= 2", self.states)
+        require(math.isfinite(self.coupling) and math.isfinite(self.field), f"{key}.coupling",
+                "and field must be finite", (self.coupling, self.field))
+
+
+@dataclass
+class GridConfig:
+    """Temperatures x lengths; ``pairs`` coupled pairs per cell (their start kinds alternate over ``starts``)
+    followed for at most ``max_steps`` steps."""
+
+    temperatures: list[float] = field(default_factory=lambda: [0.5, 1.0, 2.0, 4.0])
+    lengths: list[int] = field(default_factory=lambda: [4, 8, 16])
+    pairs: int = 16
+    max_steps: int = 2000
+    starts: list[str] = field(default_factory=lambda: list(START_KINDS))
+    seed: int = 0
+
+    def validate(self, key: str = "grid") -> None:
+        _positive_temperatures(f"{key}.temperatures", self.temperatures)
+        require(len(set(self.temperatures)) == len(self.temperatures), f"{key}.temperatures", "be distinct",
+                self.temperatures)
+        require(len(self.lengths) > 0 and all(n >= 2 for n in self.lengths) and len(set(self.lengths)) == len(
+            self.lengths), f"{key}.lengths", "be a non-empty list of distinct lengths >= 2", self.lengths)
+        require(self.pairs >= 1, f"{key}.pairs", "be >= 1", self.pairs)
+        require(self.max_steps >= 1, f"{key}.max_steps", "be >= 1", self.max_steps)
+        require(len(self.starts) > 0 and set(self.starts) <= set(START_KINDS), f"{key}.starts",
+                f"be a non-empty list of {list(START_KINDS)}", self.starts)
+        check_seed(f"{key}.seed", self.seed)
+
+
+@dataclass
+class ContextConfig:
+    """Masked LMs: the natural start ``sequence`` (default: the model's default start) and the window centre
+    ``window_center`` (an index among its resampleable positions; default: the middle). The window of length ``n``
+    is the ``n`` resampleable positions starting ``n // 2`` before the centre, so windows of every length are
+    nested around one centre. ``crop``: resampleable tokens of context kept on each side of the largest window
+    (``null``: the whole sequence); cropping changes the conditionals (another model, the report says so)."""
+
+    sequence: str | None = None
+    window_center: int | None = None
+    crop: int | None = None
+
+    def validate(self, key: str = "context") -> None:
+        require(self.sequence is None or bool(self.sequence.strip()), f"{key}.sequence",
+                "be a non-empty string or null", self.sequence)
+        require(self.crop is None or self.crop >= 0, f"{key}.crop", "be >= 0 or null", self.crop)
+        require(self.window_center is None or self.window_center >= 0, f"{key}.window_center", "be >= 0 or null",
+                self.window_center)
+
+
+@dataclass
+class DriftSweepConfig:
+    """Drift chains per cell from the natural start; threshold hitting times observed every ``every`` steps;
+    ``relative`` thresholds are fractions of the distance to random fillings of each chain's sites (the median over
+    ``reference_samples`` fillings)."""
+
+    enabled: bool = True
+    chains: int = 4
+    distance: str = "hamming"
+    thresholds: list[float] = field(default_factory=lambda: [0.25, 0.5])
+    every: int = 5
+    relative: bool = True
+    reference_samples: int = 16
+
+    def validate(self, key: str = "drift") -> None:
+        require(self.chains >= 1, f"{key}.chains", "be >= 1", self.chains)
+        require(self.distance in DISTANCES, f"{key}.distance", f"be one of {list(DISTANCES)}", self.distance)
+        require(len(self.thresholds) > 0 and all(0 < t <= 2 for t in self.thresholds), f"{key}.thresholds",
+                "be a non-empty list of distances in (0, 2]", self.thresholds)
+        require(self.every >= 1, f"{key}.every", "be >= 1", self.every)
+        require(self.reference_samples >= 1, f"{key}.reference_samples", "be >= 1", self.reference_samples)
+
+
+@dataclass
+class LagSweepConfig:
+    """Optional L-lag couplings per cell (random starts): bounds on ``TV(mu_0 P^t, pi)`` at ``t_values``."""
+
+    enabled: bool = False
+    lag: int = 100
+    pairs: int = 8
+    t_values: list[int] = field(default_factory=lambda: [0, 100, 200, 400])
+
+    def validate(self, key: str = "lag") -> None:
+        require(self.lag >= 1, f"{key}.lag", "be >= 1", self.lag)
+        require(self.pairs >= 1, f"{key}.pairs", "be >= 1", self.pairs)
+        require(len(self.t_values) > 0 and all(t >= 0 for t in self.t_values), f"{key}.t_values",
+                "be a non-empty list of steps >= 0", self.t_values)
+
+
+@dataclass
+class InfluenceSweepConfig:
+    """Dobrushin coefficients on the first ``max_sites`` sites of the largest window, over the grid temperatures."""
+
+    enabled: bool = True
+    max_sites: int = 8
+    replacements: int = 1
+
+    def validate(self, key: str = "influence") -> None:
+        require(self.max_sites >= 2, f"{key}.max_sites", "be >= 2", self.max_sites)
+        require(self.replacements >= 1, f"{key}.replacements", "be >= 1", self.replacements)
+
+
+@dataclass
+class SweepRectangleConfig(RectangleConfig):
+    """Rectangles on the natural start within the largest window (the incompatibility claim)."""
+
+    pairs_per_context: int = 32
+
+
+@dataclass
+class SweepConfig:
+    """The ``sweep`` job."""
+
+    model: SweepModelConfig = field(default_factory=SweepModelConfig)
+    grid: GridConfig = field(default_factory=GridConfig)
+    context: ContextConfig = field(default_factory=ContextConfig)
+    drift: DriftSweepConfig = field(default_factory=DriftSweepConfig)
+    lag: LagSweepConfig = field(default_factory=LagSweepConfig)
+    influence: InfluenceSweepConfig = field(default_factory=InfluenceSweepConfig)
+    rectangle: SweepRectangleConfig = field(default_factory=SweepRectangleConfig)
+    checkpoint_every: int | None = 500
+    bootstrap: int = 200
+
+    def validate(self) -> None:
+        validate_sections(self)
+        require(self.checkpoint_every is None or self.checkpoint_every >= 1, "checkpoint_every", "be >= 1 or null",
+                self.checkpoint_every)
+        require(self.bootstrap >= 1, "bootstrap", "be >= 1", self.bootstrap)
+        if self.model.source in TOY_SOURCES:
+            require(self.drift.distance == "hamming" or not self.drift.enabled, "drift.distance",
+                    "be 'hamming' for toy models (they have no hidden states)", self.drift.distance)
+
+    def resume_fingerprint(self) -> dict[str, Any]:
+        """What a resumed sweep must share with its checkpoint: all but the step budget and the checkpoint interval
+        (a resumed run may go on for longer)."""
+        data = to_dict(self)
+        data["grid"] = {k: v for k, v in data["grid"].items() if k != "max_steps"}
+        return {k: v for k, v in data.items() if k != "checkpoint_every"}
+
+
 def validate_sections(config: Any) -> None:
     """``section.validate(name)`` for every field of a job config that has one (keys in errors are ``name.key``)."""
     for section in dataclasses.fields(config):
@@ -284,33 +453,57 @@ def to_dict(config: Any) -> dict[str, Any]:
 
 
 def load_config(schema: type[ConfigT], path: str | Path | None = None, overrides: Sequence[str] = ()) -> ConfigT:
-    """Defaults of ``schema``, updated by the YAML file at ``path``, then by ``key.sub=value`` overrides; validated."""
+    """Defaults of ``schema``, updated by the YAML file at ``path``, then by ``key.sub=value`` overrides; validated.
+
+    Every problem is a :class:`ConfigError` naming ``--config`` (unreadable, not UTF-8, empty, not YAML, not a
+    mapping), the override (``--set``) or the key."""
     try:
         merged = OmegaConf.structured(schema)
         if path is not None:
-            path = Path(path)
-            if not path.is_file():
-                raise ConfigError(f"--config: {path} is not a file" if path.exists() else
-                                  f"--config: no such file {path}")
-            loaded = OmegaConf.load(path)
-            if not isinstance(loaded, type(merged)):
-                raise ConfigError(f"--config: {path} must hold a mapping at the top level")
-            merged = OmegaConf.merge(merged, loaded)
+            merged = OmegaConf.merge(merged, _read_yaml(Path(path)))
         for item in overrides:
             if "=" not in item:
                 raise ConfigError(f"--set expects key.sub=value, got {item!r}")
-            merged = OmegaConf.merge(merged, OmegaConf.from_dotlist([item]))
+            try:
+                override = OmegaConf.from_dotlist([item])
+            except Exception as error:  # YAML errors of the value
+                if type(error).__module__.startswith("yaml"):
+                    first = str(error).splitlines()[0]
+                    raise ConfigError(f"--set {item!r} is not a valid YAML value: {first}") from None
+                raise
+            merged = OmegaConf.merge(merged, override)
         config = OmegaConf.to_object(merged)
     except OmegaConfBaseException as error:
         raise ConfigError(_describe(error)) from None
-    except Exception as error:  # YAML syntax and duplicate keys surface as yaml errors
-        if type(error).__module__.startswith("yaml"):
-            raise ConfigError(f"--config: {path} is not valid YAML: {error}") from None
-        raise
     validate = getattr(config, "validate", None)
     if validate is not None:
         validate()
     return config  # type: ignore[return-value]
+
+
+def _read_yaml(path: Path) -> Any:
+    """The mapping in a YAML file, or a ConfigError naming ``--config`` and what is wrong with the file."""
+    if not path.is_file():
+        raise ConfigError(f"--config: {path} is not a file" if path.exists() else f"--config: no such file {path}")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as error:
+        raise ConfigError(f"--config: {path} cannot be read: {error.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"--config: {path} is not UTF-8 text (a YAML file was expected)") from None
+    if not text.strip() or all(line.lstrip().startswith("#") for line in text.splitlines() if line.strip()):
+        raise ConfigError(f"--config: {path} is empty; give at least one key, or leave --config out for the defaults")
+    try:
+        loaded = OmegaConf.create(text)
+    except OmegaConfBaseException as error:
+        raise ConfigError(f"--config: {path}: {_describe(error)}") from None
+    except Exception as error:  # YAML syntax and duplicate keys surface as yaml errors
+        if type(error).__module__.startswith("yaml"):
+            raise ConfigError(f"--config: {path} is not valid YAML: {error}") from None
+        raise
+    if not isinstance(loaded, DictConfig):
+        raise ConfigError(f"--config: {path} must hold a mapping at the top level")
+    return loaded
 
 
 def _describe(error: OmegaConfBaseException) -> str:

@@ -20,7 +20,7 @@ from ..models.base import Denoiser
 from ..models.pretrained import EXAMPLE_ANTIBODIES
 from ..models.toy import PairwiseMRFDenoiser
 from .common import build_model
-from .config import MODEL_SOURCES, ModelConfig, check_device, require
+from .config import MODEL_SOURCES, ModelConfig, check_device, check_seed, require
 
 TOY_CONTROLS = ("toy-compatible", "toy-incompatible")
 
@@ -57,6 +57,7 @@ class RectangleTableConfig:
         for key in ("contexts", "pairs_per_context", "near_distance"):
             require(getattr(self, key) >= 1, key, "be >= 1", getattr(self, key))
         require(self.num_tokens >= 2, "num_tokens", "be >= 2", self.num_tokens)
+        check_seed("seed", self.seed)
         check_device("device", self.device)
 
 

@@ -6,7 +6,10 @@ steps), then measures the sections and returns a :class:`ChainRunResult`; :mod:`
 
 from __future__ import annotations
 
+import csv
+import io
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,6 +17,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .._io import AppendLog
+from ..diagnostics.claims import ClaimsReport, Evidence, assess_claims
 from ..diagnostics.influence import InfluenceEstimate, estimate_influence
 from ..diagnostics.margins import LocalMargins, local_margins
 from ..diagnostics.meeting import MeetingTimes
@@ -24,10 +29,10 @@ from ..models.huggingface import MaskedLMDenoiser
 from ..sampling.coupling import CoupledGlauberChains, randomize_sites, resampled_mask
 from ..sampling.energy import PseudoLogLikelihoodEnergy
 from ..sampling.glauber import ChainState, GlauberSampler
-from ..tracking.drift import random_fill_distance
+from ..tracking.drift import random_fill_distances, random_fill_scale
 from ..tracking.monitor import ChainMonitor
 from ..tracking.traps import TrapEvent, TrapTracker, trap_statistics
-from .checkpoint import RunInterrupted, fingerprint, load_checkpoint, save_checkpoint
+from .checkpoint import RunInterrupted, fingerprint, load_checkpoint, restoring, save_checkpoint
 from .common import Codec, build_model, crop_context, start_tokens, window_sites
 from .config import ConfigError, RunConfig, to_dict
 
@@ -91,6 +96,7 @@ class ChainRunResult:
     margins: dict[str, LocalMargins] | None = None
     influence: InfluenceEstimate | None = None
     notes: list[str] = field(default_factory=list)
+    claims: ClaimsReport | None = None
 
 
 def run_chains(config: RunConfig, out_dir: Path | None = None, *, resume: bool = False) -> ChainRunResult:
@@ -101,12 +107,13 @@ def run_chains(config: RunConfig, out_dir: Path | None = None, *, resume: bool =
     ``run.num_steps``; the result is bit-identical to an uninterrupted run.
     """
     config.validate()
-    if (resume or config.run.checkpoint_every) and out_dir is None:
-        raise ValueError("out_dir is required for checkpoints and --resume")
+    if resume and out_dir is None:
+        raise ValueError("out_dir is required for --resume")
     t0 = time.perf_counter()
     denoiser, codec = build_model(config.model)
     load_seconds = time.perf_counter() - t0
-    tokens = start_tokens(config.chains.sequences, config.chains.num_chains, codec).to(denoiser.device)
+    tokens = start_tokens(config.chains.sequences, config.chains.num_chains, codec,
+                          max_length=denoiser.vocab.max_length).to(denoiser.device)
     window, notes = config.chains.window, []
     if config.chains.crop is not None:
         assert window is not None  # checked by validate
@@ -126,23 +133,26 @@ def run_chains(config: RunConfig, out_dir: Path | None = None, *, resume: bool =
     fingerprints = {"config": fingerprint(config.resume_fingerprint()), "start_state": fingerprint([start, sites])}
     progress: dict[str, Any] = {"changes": torch.zeros(sites.shape, dtype=torch.long, device=tokens.device),
                                 "changed_steps": torch.zeros(tokens.shape[0], device=tokens.device),
-                                "log_prob_sum": 0.0, "rows": []}
+                                "log_prob_sum": 0.0}
     generator = torch.Generator(device=tokens.device).manual_seed(config.chains.seed + 1)
     watch = _Semantics(denoiser, state, config) if config.semantics.enabled else None
-    checkpoint_step = None
-    if resume:
-        assert checkpoint_path is not None
-        saved, checkpoint_step = load_checkpoint(checkpoint_path, fingerprints=fingerprints,
-                                                 map_location=tokens.device)
-        state, progress = ChainState.from_state_dict(saved["chains"], tokens.device), saved["progress"]
-        if watch is not None:
-            watch.load_state_dict(progress["semantics"])
-        if state.step > config.run.num_steps:
-            raise ValueError(f"run.num_steps {config.run.num_steps} is below the checkpoint's step {state.step}")
-        # the previous run's final step is recorded even off the record grid; it is not final any more
-        progress["rows"] = [r for r in progress["rows"] if r["step"] % config.run.record_every == 0]
-
     num_steps, record_every, every = config.run.num_steps, config.run.record_every, config.run.checkpoint_every
+    trajectory = _Trajectory(None if out_dir is None else out_dir / "trajectory.csv")
+    if resume:
+        assert checkpoint_path is not None and out_dir is not None
+        saved, _ = load_checkpoint(checkpoint_path, fingerprints=fingerprints, map_location=tokens.device)
+        with restoring(checkpoint_path):
+            state, progress = ChainState.from_state_dict(saved["chains"], tokens.device), saved["progress"]
+            if state.step > num_steps:
+                raise ValueError(f"run.num_steps {num_steps} is below the checkpoint's step {state.step}")
+            trajectory.resume(int(progress["trajectory_bytes"]))
+            if watch is not None:
+                watch.resume(progress["semantics"], out_dir / "semantics.bin")
+    else:
+        trajectory.start()
+        if watch is not None and out_dir is not None:
+            watch.log_to(out_dir / "semantics.bin")
+
     first_step = state.step
     t1 = time.perf_counter()
     try:
@@ -151,23 +161,24 @@ def run_chains(config: RunConfig, out_dir: Path | None = None, *, resume: bool =
             progress["changed_steps"] += moved.any(1).float()
             progress["log_prob_sum"] += float(record.log_prob.mean())
             progress["changes"] += ((sites[:, :, None] == record.positions[:, None, :]) & moved[:, None, :]).any(2)
-            if record.step % record_every == 0 or record.step == num_steps:
-                progress["rows"] += _trajectory_rows(record.step, state.tokens, start, codec)
+            if record.step % record_every == 0:
+                trajectory.add(_trajectory_rows(record.step, state.tokens, start, codec))
             if watch is not None:
                 watch.observe(state)
             if every and checkpoint_path is not None and (record.step % every == 0 or record.step == num_steps):
+                progress["trajectory_bytes"] = trajectory.sync()  # the records hold what the checkpoint holds
                 if watch is not None:
                     progress["semantics"] = watch.state_dict()
                 save_checkpoint(checkpoint_path, {"chains": state.state_dict(), "progress": progress},
                                 fingerprints=fingerprints, step=record.step)
-                checkpoint_step = record.step
     except KeyboardInterrupt:
-        raise RunInterrupted(state.step, checkpoint_path if checkpoint_step is not None else None,
-                             checkpoint_step) from None
+        raise RunInterrupted(f" at step {state.step}") from None
+    if num_steps % record_every:  # the final state, off the recording grid: after every checkpoint, so a longer
+        trajectory.add(_trajectory_rows(num_steps, state.tokens, start, codec))  # resumed run does not keep it
+    trajectory.sync()
     chain_seconds = time.perf_counter() - t1
     end_energy = pll(state.tokens)
     hamming = (state.tokens != start).sum(1).float()
-    final_rows = [row for row in progress["rows"] if row["step"] == num_steps]
     by_temperature = []
     for tau in sorted(set(temperatures)):
         rows = torch.tensor([t == tau for t in temperatures], device=tokens.device)
@@ -183,10 +194,10 @@ def run_chains(config: RunConfig, out_dir: Path | None = None, *, resume: bool =
         "hamming_to_start_mean": float(hamming.mean()), "hamming_to_start_max": int(hamming.max()),
         "site_change_counts": progress["changes"].sum(0).tolist(),
         "pll_energy_start_mean": float(start_energy.mean()), "pll_energy_end_mean": float(end_energy.mean()),
-        "unique_final_sequences": len({row["sequence"] for row in final_rows}),
+        "unique_final_sequences": len({codec.decode(t.tolist()) for t in state.tokens}),
     }
     result = ChainRunResult(
-        config=config, chains=chains, trajectory=progress["rows"],
+        config=config, chains=chains, trajectory=trajectory.rows,
         model={"vocab_size": denoiser.vocab.size, "parameters": sum(p.numel() for p in denoiser.parameters()),
                "load_seconds": round(load_seconds, 2)},
         final_sequences=[codec.decode(t.tolist()) for t in state.tokens], notes=notes)
@@ -206,7 +217,60 @@ def run_chains(config: RunConfig, out_dir: Path | None = None, *, resume: bool =
                           for name, t in (("start", start), ("final", state.tokens))}
     if config.influence.enabled:
         result.influence = measure_influence(denoiser, state.tokens, sites, config, generator)
+    result.claims = run_claims(result)
     return result
+
+
+def run_claims(result: ChainRunResult) -> ClaimsReport:
+    """The paper's claims on what the run measured: one window length, so the scaling claims stay inconclusive."""
+    num_sites = int(result.chains["num_sites"])
+    times = result.coupling.times if result.coupling is not None else {}
+    trapped = ({row["temperature"]: row["trapped_fraction"] for row in result.semantics.by_temperature()}
+               if result.semantics is not None else {})
+    evidence = Evidence(censored={(tau, num_sites): t.censored_fraction for tau, t in times.items()},
+                        pairs={(tau, num_sites): t.times.numel() for tau, t in times.items()},
+                        budget=int(next(iter(times.values())).budget) if times else 0,
+                        rectangles=result.rectangle, influence=result.influence, trapped=trapped)
+    return assess_claims(evidence)
+
+
+TRAJECTORY_FIELDS = ("step", "chain", "hamming_to_start", "sequence")
+
+
+class _Trajectory:
+    """The recorded rows: in memory without an output directory, else appended to ``trajectory.csv`` there
+    (:class:`~mlm_dynamics._io.AppendLog`; a checkpoint stores its length)."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.rows: list[dict[str, Any]] = []
+        self.log: AppendLog | None = None
+
+    def start(self) -> None:
+        if self.path is not None:
+            self.log = AppendLog(self.path, header=_csv(TRAJECTORY_FIELDS, []).encode())
+
+    def resume(self, length: int) -> None:
+        assert self.path is not None
+        self.log = AppendLog(self.path, resume_at=length)
+
+    def add(self, rows: list[dict[str, Any]]) -> None:
+        if self.log is None:
+            self.rows += rows
+        else:
+            self.log.append(_csv(TRAJECTORY_FIELDS, rows, header=False).encode())
+
+    def sync(self) -> int:
+        return 0 if self.log is None else self.log.sync()
+
+
+def _csv(fields: Sequence[str], rows: list[dict[str, Any]], *, header: bool = True) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(fields), lineterminator="\n")
+    if header:
+        writer.writeheader()
+    writer.writerows(rows)
+    return buffer.getvalue()
 
 
 def _trajectory_rows(step: int, tokens: Tensor, start: Tensor, codec: Codec) -> list[dict[str, Any]]:
@@ -249,7 +313,9 @@ def measure_influence(denoiser: Denoiser, tokens: Tensor, sites: Tensor, config:
 
 class _Semantics:
     """A :class:`~mlm_dynamics.tracking.ChainMonitor` in hidden-state space pooled over the resampled sites, with
-    radii calibrated to the distance from the start to random fillings, plus the embeddings kept for the PCA."""
+    radii calibrated to the distance from the start to random fillings, plus every observation's embeddings and
+    basins for the landscape: in memory, and with an output directory appended to ``semantics.bin`` (one record of
+    step, basins and float32 embeddings per observation), so a checkpoint stores that file's length, not them."""
 
     def __init__(self, denoiser: Denoiser, state: ChainState, config: RunConfig) -> None:
         if not isinstance(denoiser, MaskedLMDenoiser):
@@ -263,36 +329,67 @@ class _Semantics:
 
         start = state.tokens.clone()
         generator = torch.Generator(device=start.device).manual_seed(config.chains.seed + 2)
-        self.scale = random_fill_distance(embedder, denoiser, start, state.sites, samples=spec.reference_samples,
-                                          generator=generator)
+        self.scale = float(random_fill_scale(random_fill_distances(
+            embedder, denoiser, start, state.sites, samples=spec.reference_samples, generator=generator,
+            num_sites=state.counts)))
         self.monitor = ChainMonitor(embedder, every=spec.every,
                                     thresholds=[t * self.scale for t in spec.thresholds],
                                     traps=TrapTracker(radius=spec.trap_radius * self.scale, dwell=spec.dwell,
                                                       basin_radius=spec.basin_radius * self.scale),
-                                    temperature=config.sampler.temperature, prefix="")
+                                    temperature=config.sampler.temperature, prefix="", keep_history=1)
         self.monitor.start(state)
         assert self.monitor.drift.reference is not None  # set by start
-        self.embeddings: list[Tensor] = [self.monitor.drift.reference.cpu()]
+        self.embeddings: list[Tensor] = [self.monitor.drift.reference.float().cpu()]
         self.basins: list[Tensor] = [torch.full((start.shape[0],), -1)]
         self.steps: list[int] = [state.step]
+        self.records: AppendLog | None = None
+
+    def log_to(self, path: Path) -> None:
+        """Append every observation (the start's too) to ``path``."""
+        self.records = AppendLog(path)
+        for step, basins, embeddings in zip(self.steps, self.basins, self.embeddings, strict=True):
+            self.records.append(self._record(step, basins, embeddings))
+
+    @staticmethod
+    def _record(step: int, basins: Tensor, embeddings: Tensor) -> bytes:
+        return (torch.tensor([step], dtype=torch.int64).numpy().tobytes() + basins.long().numpy().tobytes()
+                + embeddings.float().numpy().tobytes())
 
     def observe(self, state: ChainState) -> None:
         if self.monitor.observe(state) is None:
             return
         traps = self.monitor.traps
         assert traps is not None and self.monitor.drift.latest_embeddings is not None
-        self.embeddings.append(self.monitor.drift.latest_embeddings.cpu())
-        self.basins.append(torch.tensor([-1 if e is None else traps.events[e].basin for e in traps.open_event]))
+        embeddings = self.monitor.drift.latest_embeddings.float().cpu()
+        basins = torch.tensor([-1 if e is None else traps.events[e].basin for e in traps.open_event])
+        self.embeddings.append(embeddings)
+        self.basins.append(basins)
         self.steps.append(state.step)
+        if self.records is not None:
+            self.records.append(self._record(state.step, basins, embeddings))
 
     def state_dict(self) -> dict[str, Any]:
-        return {"monitor": self.monitor.state_dict(), "embeddings": list(self.embeddings),
-                "basins": list(self.basins), "steps": list(self.steps)}
+        assert self.records is not None, "checkpoints need an output directory"
+        return {"monitor": self.monitor.state_dict(), "records_bytes": self.records.sync()}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def resume(self, state: dict[str, Any], path: Path) -> None:
+        """Continue from a checkpoint: the monitor from ``state``, the observations read back from ``path`` up to
+        the length the checkpoint stored."""
         self.monitor.load_state_dict(state["monitor"])
-        self.embeddings, self.basins = list(state["embeddings"]), list(state["basins"])
-        self.steps = list(state["steps"])
+        length = int(state["records_bytes"])
+        self.records = AppendLog(path, resume_at=length)
+        chains, width = self.embeddings[0].shape
+        size = 8 * (1 + chains) + 4 * chains * width
+        if length % size:
+            raise ValueError(f"{path}: {length} bytes is not a whole number of {size}-byte observations")
+        raw = path.read_bytes()[:length]
+        self.steps, self.basins, self.embeddings = [], [], []
+        for offset in range(0, length, size):
+            ints = torch.frombuffer(bytearray(raw[offset:offset + 8 * (1 + chains)]), dtype=torch.int64)
+            floats = torch.frombuffer(bytearray(raw[offset + 8 * (1 + chains):offset + size]), dtype=torch.float32)
+            self.steps.append(int(ints[0]))
+            self.basins.append(ints[1:].clone())
+            self.embeddings.append(floats.view(chains, width).clone())
 
     def result(self, temperatures: list[float]) -> SemanticsResult:
         history = self.monitor.history[-1] if self.monitor.history else {}

@@ -26,12 +26,13 @@ import torch
 from torch import Tensor
 
 from ..corpus import sample_sentences
+from ..diagnostics.quantiles import quantiles
 from ..embedders.base import SentenceEmbedder, cosine_distance
 from ..models.huggingface import TextCodec
 from ..sampling.glauber import GlauberSampler
 from ..tracking.traps import TrapEvent, TrapTracker, load_topics, topic_similarity, trap_statistics
 from .common import build_model
-from .config import ConfigError, ModelConfig, require
+from .config import ConfigError, ModelConfig, check_seed, require
 
 NEUTRAL_STARTS = (
     "the committee will meet next week to discuss the new plans for the city park .",
@@ -75,6 +76,7 @@ class CaseStudyConfig:
         for key in ("trap_radius", "basin_radius"):
             require(0 < getattr(self, key) <= 2, key, "be in (0, 2] scales", getattr(self, key))
         require(0 < self.topic_quantile < 1, "topic_quantile", "lie in (0, 1)", self.topic_quantile)
+        check_seed("seed", self.seed)
         require(self.topic_threshold is None or -1 <= self.topic_threshold <= 1, "topic_threshold",
                 "be a cosine similarity in [-1, 1] or null", self.topic_threshold)
         require(Path(self.topics).is_file(), "topics", "be a YAML file of topic anchors", self.topics)
@@ -164,7 +166,7 @@ def run_case_study(config: CaseStudyConfig) -> CaseStudyResult:
     sample = sample_sentences(config.corpus_sentences, config.seed)
     base = encoder.embed_texts(sample)
     shuffled = base[torch.randperm(len(base), generator=torch.Generator().manual_seed(config.seed + 1))]
-    scale = float(cosine_distance(base, shuffled).median())
+    scale = float(quantiles(cosine_distance(base, shuffled), [0.5])[0])  # the project's median (type 7)
     similarity = {name: topic_similarity(base, anchor) for name, anchor in zip(topics, anchors, strict=True)}
     thresholds = {name: config.topic_threshold if config.topic_threshold is not None else
                   float(values.double().quantile(config.topic_quantile)) for name, values in similarity.items()}

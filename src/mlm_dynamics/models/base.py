@@ -11,6 +11,7 @@ through :meth:`Denoiser.conditional_logits` and :class:`VocabInfo`.
 from __future__ import annotations
 
 import abc
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -97,9 +98,10 @@ class Denoiser(nn.Module, abc.ABC):
         if tuple(logits.shape) != expected:
             raise RuntimeError(f"{type(self).__name__} returned logits of shape {tuple(logits.shape)}, "
                                f"expected {expected}")
-        if not torch.isfinite(logits).all():
-            bad = (~torch.isfinite(logits)).any(-1).nonzero()[:5].tolist()
-            raise FloatingPointError(f"{type(self).__name__} produced NaN/inf logits at (row, slot) {bad}")
+        broken = torch.isnan(logits) | (logits == math.inf)  # -inf is a log-probability of 0: allowed
+        if broken.any():
+            bad = broken.any(-1).nonzero()[:5].tolist()
+            raise FloatingPointError(f"{type(self).__name__} produced NaN/+inf logits at (row, slot) {bad}")
         return logits
 
     def chunked_conditional_logits(self, tokens: Tensor, positions: Tensor, chunk_size: int = 256) -> Tensor:

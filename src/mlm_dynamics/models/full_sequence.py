@@ -118,6 +118,9 @@ class FullSequenceDenoiser(Denoiser):
         if not isinstance(logits, Tensor) or logits.dim() != 3 or logits.shape[:2] != tokens.shape:
             raise RuntimeError(f"model must return [B, L, V] logits (a tensor, a tuple or an output with .logits), "
                                f"got {getattr(logits, 'shape', type(logits))}")
+        if logits.shape[-1] != self.vocab.size:
+            raise RuntimeError(f"model returned {logits.shape[-1]} logits per position, but vocab.size is "
+                               f"{self.vocab.size}")
         picked = logits.gather(1, positions[..., None].expand(-1, -1, logits.shape[-1])).float()
         return picked.masked_fill(self.forbidden.to(picked.device), 0.0)  # forbidden ids are never read
 

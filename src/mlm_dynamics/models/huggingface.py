@@ -90,7 +90,7 @@ def load_tokenizer(name_or_path: str) -> Any:
     source, local_only = locate_pretrained(name_or_path)
     try:
         return AutoTokenizer.from_pretrained(source, local_files_only=local_only)
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, TypeError) as error:
         raise FileNotFoundError(f"tokenizer {name_or_path!r} could not be loaded: {error}") from None
 
 
@@ -203,19 +203,46 @@ class MaskedLMDenoiser(Denoiser):
         analysis (the model is new and put in eval mode; to measure a model being trained, wrap that model).
 
         Never proposed: the tokenizer's special tokens and BERT-style placeholder tokens ``[unusedN]``.
-        A missing local path, or a hub name that is neither cached nor reachable, raises at once with a clear
-        message (see :func:`locate_pretrained`).
+        Every loading problem is one error naming the model and what is wrong (:func:`load_model`).
         """
         from transformers import AutoModelForMaskedLM
 
+        model = load_model(AutoModelForMaskedLM, name_or_path, dtype=dtype)
         tokenizer = load_tokenizer(name_or_path)
-        source, local_only = locate_pretrained(name_or_path)
-        try:
-            model = AutoModelForMaskedLM.from_pretrained(source, dtype=dtype, local_files_only=local_only)
-        except OSError as error:
-            raise FileNotFoundError(f"model {name_or_path!r} could not be loaded: {error}") from None
         denoiser = cls(model.eval(), tokenizer=tokenizer).to(device)
         return denoiser, TextCodec(tokenizer)
+
+
+def load_model(auto_class: Any, name_or_path: str, **options: Any) -> Any:
+    """``auto_class.from_pretrained`` with every failure turned into one error naming ``name_or_path``: a missing or
+    empty directory, a ``model_type`` this transformers does not know, damaged safetensors, or pickled weights
+    (``pytorch_model.bin``), which are refused because unpickling can run code."""
+    import pickle
+
+    from safetensors import SafetensorError
+    from transformers import AutoConfig
+
+    source, local_only = locate_pretrained(name_or_path)
+    if local_only and Path(source).is_dir() and not (Path(source) / "config.json").is_file():
+        raise FileNotFoundError(f"model {name_or_path!r} has no config.json: not a Hugging Face model directory")
+    try:
+        AutoConfig.from_pretrained(source, local_files_only=local_only, trust_remote_code=options.get(
+            "trust_remote_code", False))
+    except (ValueError, KeyError) as error:
+        if "trust_remote_code" in str(error):
+            raise
+        raise ValueError(f"model {name_or_path!r}: its config.json cannot be used here ({error})") from None
+    try:
+        return auto_class.from_pretrained(source, local_files_only=local_only, **options)
+    except SafetensorError as error:
+        raise ValueError(f"model {name_or_path!r}: its safetensors weights are damaged ({error})") from None
+    except (pickle.UnpicklingError, RuntimeError) as error:
+        if not isinstance(error, pickle.UnpicklingError) and "weights_only" not in str(error).lower():
+            raise
+        raise ValueError(f"model {name_or_path!r} holds pickled weights (pytorch_model.bin), which are not loaded "
+                         "because unpickling can run code; save them as safetensors where you trust them") from None
+    except OSError as error:
+        raise FileNotFoundError(f"model {name_or_path!r} could not be loaded: {error}") from None
 
 
 def _warn_full_logits(model_type: str, reason: str) -> None:

@@ -35,6 +35,8 @@ class PairwiseMRFDenoiser(Denoiser):
 
     def __init__(self, fields: Tensor, couplings: Tensor) -> None:
         super().__init__()
+        if fields.dim() != 2 or fields.shape[0] < 1 or fields.shape[1] < 2:
+            raise ValueError(f"fields must be [n, V] with n >= 1 sites and V >= 2 states, got {tuple(fields.shape)}")
         n, states = fields.shape
         if couplings.shape != (n, n, states, states):
             raise ValueError(f"couplings must have shape {(n, n, states, states)}, got {tuple(couplings.shape)}")
@@ -63,6 +65,8 @@ class PairwiseMRFDenoiser(Denoiser):
 
     @classmethod
     def _chain(cls, n: int, field: Tensor, pair: Tensor) -> PairwiseMRFDenoiser:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"n must be an integer number of sites >= 1, got {n!r}")
         states = field.shape[0]
         couplings = torch.zeros(n, n, states, states, dtype=torch.float64)
         for i in range(n - 1):

@@ -15,6 +15,7 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from .._io import atomic_write
+from ..diagnostics.claims import ClaimsReport
 
 STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 1100px;
@@ -38,6 +39,13 @@ class Section:
     tables: list[tuple[str, Sequence[Mapping[str, Any]]]] = field(default_factory=list)
     figures: list[tuple[Figure, str]] = field(default_factory=list)
     preformatted: list[str] = field(default_factory=list)
+
+
+def claims_section(claims: ClaimsReport) -> Section:
+    """The paper's claims with verdicts and evidence, and the contradictions between pieces of evidence."""
+    rows = [{"claim": c.statement, "verdict": c.verdict, "evidence": "; ".join(c.evidence)} for c in claims.claims]
+    paragraphs = [f'<span class="note">{html.escape(text)}</span>' for text in claims.contradictions]
+    return Section("What the run found: the paper's claims", paragraphs=paragraphs, tables=[("claims", rows)])
 
 
 def figure_png(figure: Figure, dpi: int = 110) -> bytes:

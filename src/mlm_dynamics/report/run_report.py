@@ -12,12 +12,10 @@ from matplotlib.figure import Figure
 from ..diagnostics.meeting import MeetingTimes
 from ..diagnostics.quantiles import quantile_summary
 from ..experiments.config import to_dict
-from ..experiments.run import ChainRunResult
+from ..experiments.run import TRAJECTORY_FIELDS, ChainRunResult
 from . import figures
-from .html import Section, render_html, write_figures
+from .html import Section, claims_section, render_html, write_figures
 from .writers import write_csv, write_json, write_text
-
-TRAJECTORY_FIELDS = ("step", "chain", "hamming_to_start", "sequence")
 
 
 def _main_temperature(times: dict[float, MeetingTimes], temperature: float) -> float:
@@ -55,6 +53,8 @@ def run_report(result: ChainRunResult) -> dict[str, Any]:
     if result.influence is not None:
         report["influence"] = {**result.influence.summary(), "sites": result.influence.sites.tolist(),
                                "temperatures": result.influence.temperatures.tolist()}
+    if result.claims is not None:
+        report["claims"] = result.claims.to_dict()
     return report
 
 
@@ -84,21 +84,31 @@ CAPTIONS = {
     "coupling": "fraction of coupled pairs not yet met, per temperature: the transition from trapped to mixing",
     "rectangle": "rectangle statistics |R|: every rectangle above the tolerance certifies incompatibility",
     "margins": "local margins at the start and at the end of the chains",
-    "influence": "Dobrushin coefficient against temperature: below 1, O(n log n) mixing is guaranteed",
+    "influence": "estimated influence coefficient against temperature, a lower estimate of Dobrushin's coefficient: "
+                 "1 or more certifies that the condition fails, below 1 certifies nothing",
 }
 
 
 def write_run_report(result: ChainRunResult, out_dir: Path) -> dict[str, Any]:
     """Write ``report.json``, ``trajectory.csv``, ``figures/*.png`` and ``report.html``; returns the report."""
     report = run_report(result)
-    write_csv(out_dir / "trajectory.csv", result.trajectory, TRAJECTORY_FIELDS)
+    if result.trajectory:  # a run with an output directory appended its rows to trajectory.csv there already
+        write_csv(out_dir / "trajectory.csv", result.trajectory, TRAJECTORY_FIELDS)
     drawn = run_figures(result)
     write_figures(out_dir, drawn)
-    sections = [Section("Summary", preformatted=[run_summary(result)])]
+    sections = [] if result.claims is None else [claims_section(result.claims)]
+    sections.append(Section("Summary", preformatted=[run_summary(result)]))
     sections += [Section(name.capitalize(), figures=[(figure, CAPTIONS[name])]) for name, figure in drawn.items()]
-    scalars = {name: [{k: v for k, v in section.items() if not isinstance(v, (list, dict))}]
-               for name, section in report.items() if name in ("semantics", "mixing", "rectangle", "influence")}
-    sections.append(Section("Numbers", tables=list(scalars.items())))
+    tables = []
+    if "semantics" in report:  # every temperature the chains ran at
+        tables.append(("semantics per temperature", report["semantics"]["by_temperature"]))
+    if "mixing" in report:  # every temperature the pairs ran at
+        tables.append(("mixing per temperature", [{k: v for k, v in row.items() if not isinstance(v, list)}
+                                                  for row in report["mixing"]["by_temperature"]]))
+    for name in ("rectangle", "influence"):
+        if name in report:
+            tables.append((name, [{k: v for k, v in report[name].items() if not isinstance(v, (list, dict))}]))
+    sections.append(Section("Numbers", tables=tables))
     write_text(out_dir / "report.html", render_html("mlm_dynamics run", sections, report["config"]))
     write_json(out_dir / "report.json", report)
     return report

@@ -88,9 +88,21 @@ def as_temperature(temperature: float | Tensor, hint: str = "") -> float | Tenso
     return temperature.double()
 
 
+def check_truncation(top_k: object, top_p: object) -> None:
+    """ValueErrors naming ``top_k`` (an integer >= 1 or None, not a bool) or ``top_p`` (a number in (0, 1] or None)."""
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
+    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float))
+                              or not 0.0 < top_p <= 1.0):
+        raise ValueError(f"top_p must lie in (0, 1] or be None, got {top_p!r}")
+
+
 def tempered_log_probs(logits: Tensor, allowed: Tensor, temperature: float | Tensor, *, top_k: int | None = None,
                        top_p: float | None = None, dtype: torch.dtype = torch.float32) -> Tensor:
     """``log softmax(l / tau)`` over the allowed tokens, optionally truncated to the top-k and/or nucleus top-p.
+
+    Logits may be log-probabilities: ``-inf`` at an allowed token means probability 0 there; a row needs one allowed
+    token with a finite logit.
 
     Args:
         logits: ``[..., V]``; allowed: ``[V]`` boolean; dtype: computation dtype (float64 for exact sampling).
@@ -102,13 +114,27 @@ def tempered_log_probs(logits: Tensor, allowed: Tensor, temperature: float | Ten
     Raises:
         FloatingPointError: when ``logits / temperature`` overflows ``dtype`` (a temperature far too small for the
             logits' scale); use a larger temperature or the arg-max (``greedy=True``).
+        ValueError: for a bad ``top_k``/``top_p``, no allowed token, or a row whose allowed logits are all ``-inf``.
     """
+    check_truncation(top_k, top_p)
+    if isinstance(temperature, Tensor):
+        if not temperature.is_floating_point() or not bool((torch.isfinite(temperature) & (temperature > 0)).all()):
+            raise ValueError("temperature must be finite numbers > 0")
+    else:
+        check_temperature(temperature)
+    if not bool(allowed.any()):
+        raise ValueError("allowed: no token may be proposed")
     scale = temperature.to(dtype) if isinstance(temperature, Tensor) else temperature
     scores = (logits.to(dtype) / scale).masked_fill(~allowed, -math.inf)
-    if not torch.isfinite(scores.masked_fill(~allowed, 0.0)).all():
-        largest = float(logits.masked_fill(~allowed, 0.0).abs().max())
-        raise FloatingPointError(f"temperature {temperature!r}: logits / temperature overflow {dtype} (largest "
+    inside = scores.masked_fill(~allowed, 0.0)
+    finite_logits = torch.isfinite(logits.masked_fill(~allowed, 0.0))
+    if (torch.isnan(inside) | (inside == math.inf) | (torch.isneginf(inside) & finite_logits)).any():
+        largest = float(logits.masked_fill(~allowed | ~finite_logits, 0.0).abs().max())
+        shown = f"{float(temperature.min()):.3g}" if isinstance(temperature, Tensor) else f"{temperature!r}"
+        raise FloatingPointError(f"temperature {shown}: logits / temperature overflow {dtype} (largest "
                                  f"|logit| {largest:.3g}); use a larger temperature, or greedy=True for tau -> 0")
+    if not bool(torch.isfinite(scores).any(-1).all()):
+        raise ValueError("logits: every allowed token of a row has logit -inf; there is nothing to propose")
     if top_k is not None and top_k < scores.shape[-1]:
         kth = scores.topk(top_k, dim=-1).values[..., -1:]
         scores = scores.masked_fill(scores < kth, -math.inf)

@@ -15,6 +15,7 @@ with ``tau = inf{t >= L : X_t = Y_{t-L}}`` and ``X_0, Y_0 ~ mu_0``,
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,17 +34,22 @@ PAIR_SLOTS = 4  # uniforms per pair and step with per-pair streams: site, coupli
 def maximal_coupling(p: Tensor, q: Tensor, generator: torch.Generator) -> tuple[Tensor, Tensor]:
     """Draw ``(x, y)`` of shape ``[N]`` from the maximal coupling of the rows of ``p, q [N, V]``.
 
-    Rows must be probability vectors: finite, non-negative and summing to 1 within ``V eps`` (the rounding of a
-    sum of V terms in the dtype). Cost: ``O(N V)``; three uniforms of ``generator`` per row (:func:`coupled_draw`).
+    Rows must be probability vectors: finite, non-negative and summing to 1 within ``(8 + log2 V) eps`` of their
+    dtype, the sum taken in float64 whatever the dtype. Tolerance: the softmax that made a row leaves each entry
+    within a few ``eps`` of its exact value, relatively (exp, one division: a relative error below ``8 eps`` in all),
+    so the entries sum to 1 within ``8 eps``; summing ``V`` of them in the row's own dtype before normalising adds at
+    most ``log2 V`` roundings of ``eps`` (pairwise summation). A row off by more is not a probability vector: a
+    bfloat16 row summing to 2 is off by 1, far beyond ``(8 + 15) eps = 0.18`` even at V = 30,522 (the earlier
+    ``V eps`` let it through). Cost: ``O(N V)``; three uniforms of ``generator`` per row (:func:`coupled_draw`).
     """
     if p.shape != q.shape or p.dim() != 2:
         raise ValueError(f"p and q must be equal-shape [N, V] tensors, got {tuple(p.shape)} and {tuple(q.shape)}")
     for name, rows in (("p", p), ("q", q)):
         if not rows.is_floating_point() or not torch.isfinite(rows).all() or (rows < 0).any():
             raise ValueError(f"{name} must hold finite, non-negative floating-point probabilities")
-        error = (rows.sum(-1) - 1).abs().max() if rows.numel() else rows.new_zeros(())
-        if error > rows.shape[1] * torch.finfo(rows.dtype).eps:
-            raise ValueError(f"{name}: rows must sum to 1, one is off by {float(error):.3g}")
+        error = (rows.double().sum(-1) - 1).abs().max() if rows.numel() else torch.zeros((), dtype=torch.float64)
+        if error > (8 + math.log2(rows.shape[1])) * torch.finfo(rows.dtype).eps:
+            raise ValueError(f"{name}: rows must sum to 1, one is off by {float(error):.3g} ({rows.dtype})")
     return coupled_draw(p, q, torch.rand(p.shape[0], 3, generator=generator, device=p.device, dtype=torch.float64))
 
 

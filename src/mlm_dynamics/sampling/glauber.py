@@ -33,7 +33,7 @@ import torch
 from torch import Tensor, nn
 
 from ..models.base import Denoiser, require_integer
-from .categorical import as_temperature, inverse_cdf, sample_categorical, tempered_log_probs
+from .categorical import as_temperature, check_truncation, inverse_cdf, sample_categorical, tempered_log_probs
 from .streams import uniforms
 
 STEP_SLOTS = 3  # uniforms per chain and step with per-chain streams: site, token, MH acceptance
@@ -110,6 +110,9 @@ class ChainState:
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any], device: torch.device | str | None = None) -> ChainState:
+        missing = sorted({"tokens", "sites", "step", "rng"} - set(state)) if isinstance(state, dict) else ["tokens"]
+        if missing:
+            raise ValueError(f"state: a chain state needs {missing} (saved by another version, or not a chain state)")
         """Restore chains, on ``device`` (default: where the tokens are).
 
         On the device type the state was saved from, the random stream continues bit-identically. Generators of
@@ -172,13 +175,10 @@ class GlauberSampler(nn.Module):
                  energy: Callable[[Tensor], Tensor] | None = None, sampling_dtype: torch.dtype = torch.float64,
                  greedy: bool = False) -> None:
         super().__init__()
-        if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
-            raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
-        if top_p is not None and not 0.0 < top_p <= 1.0:
-            raise ValueError(f"top_p must lie in (0, 1] or be None, got {top_p!r}")
+        check_truncation(top_k, top_p)
         if scan not in SCAN_ORDERS:
             raise ValueError(f"scan must be one of {SCAN_ORDERS}, got {scan!r}")
-        if not isinstance(block_size, int) or block_size < 1:
+        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
             raise ValueError(f"block_size must be an integer >= 1, got {block_size!r}")
         if sampling_dtype not in (torch.float32, torch.float64):
             raise ValueError(f"sampling_dtype must be torch.float32 or torch.float64, got {sampling_dtype}")
@@ -350,7 +350,7 @@ class GlauberSampler(nn.Module):
 
     def run(self, state: ChainState, num_steps: int) -> Iterator[StepRecord]:
         """Yield the record of each of ``num_steps`` steps (lazily, so diagnostics can consume them online)."""
-        if not isinstance(num_steps, int) or num_steps < 0:
+        if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 0:
             raise ValueError(f"num_steps must be a non-negative integer, got {num_steps!r}")
         for _ in range(num_steps):
             yield self.step(state)

@@ -48,6 +48,7 @@ class TemperingState:
     trip_started: Tensor  # [walkers] step the current round trip started (-1: none)
     attempts: Tensor  # [R - 1]
     accepts: Tensor  # [R - 1]
+    ladder: Tensor  # [R] the current temperatures (adapted during burn-in)
     round_trips: list[int] = field(default_factory=list)  # durations in steps
     swaps_done: int = 0
 
@@ -58,15 +59,20 @@ class TemperingState:
     def state_dict(self) -> dict[str, Any]:
         return {"chains": self.chains.state_dict(), "walkers": self.walkers.clone(),
                 "last_extreme": self.last_extreme.clone(), "trip_started": self.trip_started.clone(),
-                "attempts": self.attempts.clone(), "accepts": self.accepts.clone(),
+                "attempts": self.attempts.clone(), "accepts": self.accepts.clone(), "ladder": self.ladder.clone(),
                 "round_trips": list(self.round_trips), "swaps_done": self.swaps_done}
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any], device: torch.device | str | None = None) -> TemperingState:
+        missing = sorted({"chains", "walkers", "last_extreme", "trip_started", "attempts", "accepts", "ladder",
+                          "round_trips", "swaps_done"} - set(state))
+        if missing:
+            raise ValueError(f"state: a tempering state needs {missing} (saved by another version?)")
         return cls(chains=ChainState.from_state_dict(state["chains"], device), walkers=state["walkers"].clone(),
                    last_extreme=state["last_extreme"].clone(), trip_started=state["trip_started"].clone(),
                    attempts=state["attempts"].clone(), accepts=state["accepts"].clone(),
-                   round_trips=list(state["round_trips"]), swaps_done=int(state["swaps_done"]))
+                   ladder=state["ladder"].clone().double(), round_trips=list(state["round_trips"]),
+                   swaps_done=int(state["swaps_done"]))
 
 
 class ReplicaExchange:
@@ -94,8 +100,9 @@ class ReplicaExchange:
             raise ValueError("energy is required in exact mode (the replicas are MH-corrected towards exp(-E/tau))")
         if mode == "heuristic" and energy is not None:
             raise ValueError("energy: heuristic mode uses the pseudo-log-likelihood; pass mode='exact' for an energy")
-        if swap_every < 1 or adapt_steps < 0:
-            raise ValueError(f"swap_every must be >= 1 and adapt_steps >= 0, got {swap_every}, {adapt_steps}")
+        for name, value, low in (("swap_every", swap_every, 1), ("adapt_steps", adapt_steps, 0)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
         self.denoiser, self.mode, self.swap_every, self.adapt_steps = denoiser, mode, swap_every, adapt_steps
         self.ladder = torch.tensor(ladder, dtype=torch.float64)
         self.energy = energy
@@ -104,7 +111,7 @@ class ReplicaExchange:
 
     @property
     def replicas(self) -> int:
-        return len(self.ladder)
+        return len(self.ladder)  # the initial ladder; a state's own (adapted) ladder has the same length
 
     def init_state(self, tokens: Tensor, *, seed: int, sites: Tensor | None = None) -> TemperingState:
         """``C`` chains from ``tokens [C, L]``, every replica starting there."""
@@ -119,7 +126,8 @@ class ReplicaExchange:
         last = torch.where(walkers < chains, 0, torch.where(walkers >= count - chains, 1, -1))
         return TemperingState(chains=state, walkers=walkers, last_extreme=last,
                               trip_started=torch.where(walkers < chains, 0, -1),
-                              attempts=torch.zeros(self.replicas - 1), accepts=torch.zeros(self.replicas - 1))
+                              attempts=torch.zeros(self.replicas - 1), accepts=torch.zeros(self.replicas - 1),
+                              ladder=self.ladder.clone())
 
     def swap_energy(self, tokens: Tensor, state: ChainState) -> Tensor:
         """``E`` of each row for the swap rule: the exact-mode energy (cached by the sampler), else the PLL."""
@@ -128,11 +136,19 @@ class ReplicaExchange:
             return state.energy
         return PseudoLogLikelihoodEnergy(self.denoiser, sites=state.sites)(tokens).double()
 
+    def _sampler_for(self, state: TemperingState) -> GlauberSampler:
+        """The Glauber sampler at the state's ladder (made again for a state restored from a checkpoint)."""
+        rows = state.chains.tokens.shape[0] // self.replicas
+        if self.sampler is None:
+            self.sampler = GlauberSampler(self.denoiser, state.ladder.repeat_interleave(rows),
+                                          energy=self.energy if self.mode == "exact" else None, **self.options)
+        self.sampler.temperature = state.ladder.repeat_interleave(rows).to(state.chains.tokens.device)
+        return self.sampler
+
     @torch.no_grad()
     def step(self, state: TemperingState) -> None:
         """One Glauber (exact: MH-corrected) update of every row; a swap round every ``swap_every`` steps."""
-        assert self.sampler is not None, "call init_state first"
-        self.sampler.step(state.chains)
+        self._sampler_for(state).step(state.chains)
         if state.chains.step % self.swap_every == 0:
             self._swap(state)
 
@@ -151,7 +167,7 @@ class ReplicaExchange:
         for r in range(parity, self.replicas - 1, 2):
             low = torch.arange(r * chains, (r + 1) * chains)
             high = low + chains
-            beta_gap = 1 / self.ladder[r] - 1 / self.ladder[r + 1]
+            beta_gap = 1 / state.ladder[r] - 1 / state.ladder[r + 1]
             log_accept = beta_gap * (energy[low] - energy[high])
             uniform = torch.rand(chains, generator=generator, device=generator.device, dtype=torch.float64).cpu()
             accept = uniform.log() < log_accept
@@ -188,12 +204,11 @@ class ReplicaExchange:
     def _adapt(self, state: TemperingState) -> None:
         """Move the inner temperatures: log-spacings grow where acceptance is high, shrink where it is low."""
         acceptance = torch.nan_to_num(state.acceptance(), nan=0.5)
-        spacing = self.ladder.log().diff() * torch.exp(0.1 * (acceptance.double() - acceptance.double().mean()))
-        spacing = spacing / spacing.sum() * (self.ladder[-1] / self.ladder[0]).log()
-        self.ladder = torch.cat([self.ladder[:1], self.ladder[0] * spacing.cumsum(0).exp()])
-        assert self.sampler is not None and isinstance(self.sampler.temperature, Tensor)
-        self.sampler.temperature = self.ladder.repeat_interleave(len(state.walkers) // self.replicas).to(
-            self.sampler.temperature.device)
+        ladder = state.ladder
+        spacing = ladder.log().diff() * torch.exp(0.1 * (acceptance.double() - acceptance.double().mean()))
+        spacing = spacing / spacing.sum() * (ladder[-1] / ladder[0]).log()
+        state.ladder = torch.cat([ladder[:1], ladder[0] * spacing.cumsum(0).exp()])
+        self._sampler_for(state)
 
     def summary(self, state: TemperingState) -> dict[str, float]:
         """Swap acceptance per pair (``swap_acceptance_{r}``), its minimum, round trips and their median length."""

@@ -16,7 +16,8 @@ chain's; they are tools to explore, measured in ``benchmarks/bench_tempering.py`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -52,8 +53,11 @@ class TrapIntervention:
             raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
         if monitor.traps is None:
             raise ValueError("monitor: trap detection is off (pass traps=TrapTracker(...) to the monitor)")
-        if duration < 1 or block < 1 or not factor > 1:
-            raise ValueError(f"duration and block must be >= 1 and factor > 1, got {duration}, {block}, {factor}")
+        for name, value in (("duration", duration), ("block", block)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if not factor > 1:
+            raise ValueError(f"factor must be > 1, got {factor}")
         self.monitor, self.sampler, self.kind = monitor, sampler, kind
         self.duration, self.factor, self.block, self.min_margin = duration, factor, block, min_margin
         self.restarts = restarts
@@ -120,6 +124,23 @@ class TrapIntervention:
             chosen = sites[order[: self.block].to(sites.device)]
         row = state.tokens[chain:chain + 1]
         state.tokens[chain:chain + 1] = randomize_sites(self.sampler.denoiser, row, chosen[None], self.generator)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything to continue bit-identically: the random stream, the events (open ones by index), the bumps and
+        the sampler's per-chain temperatures they changed."""
+        return {"rng": self.generator.get_state(), "events": [asdict(e) for e in self.events],
+                "open": {chain: self.events.index(event) for chain, event in self.open.items()},
+                "base": self.base, "bumped_until": self.bumped_until,
+                "temperature": self.sampler.temperature.clone() if isinstance(self.sampler.temperature, Tensor)
+                else self.sampler.temperature}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.generator.set_state(state["rng"])
+        self.events = [InterventionEvent(**e) for e in state["events"]]
+        self.open = {int(chain): self.events[index] for chain, index in state["open"].items()}
+        self.base, self.bumped_until = state["base"], state["bumped_until"]
+        temperature = state["temperature"]
+        self.sampler.temperature = temperature.clone() if isinstance(temperature, Tensor) else float(temperature)
 
     def summary(self) -> dict[str, float]:
         """``interventions``, ``escaped_fraction`` and the median ``steps_to_escape`` of the escaped ones."""

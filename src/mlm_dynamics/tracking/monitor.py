@@ -53,12 +53,18 @@ class ChainMonitor:
         temperature: tau of the chain, for the margin escape bound.
         loggers: objects with ``log_metrics(dict, step)`` (Lightning loggers work standalone).
         prefix: metric-name prefix.
+        keep_history: how many of the latest observations' scalars :attr:`history` keeps (``None``: all); a long run
+            that only reports the last one keeps its checkpoints small with 1.
     """
 
     def __init__(self, embedder: Embedder, *, every: int = 10, thresholds: Sequence[float] = (0.1, 0.2, 0.3),
                  traps: TrapTracker | None = None, topics: TopicAttraction | None = None,
                  margin_denoiser: Denoiser | None = None, temperature: float = 1.0, loggers: Sequence = (),
-                 prefix: str = "chains/") -> None:
+                 prefix: str = "chains/", keep_history: int | None = None) -> None:
+        if keep_history is not None and (isinstance(keep_history, bool) or not isinstance(keep_history, int)
+                                         or keep_history < 1):
+            raise ValueError(f"keep_history must be an integer >= 1 or None, got {keep_history!r}")
+        self.keep_history = keep_history
         embedder = as_embedder(embedder)  # plain functions get normalised rows, as in the callbacks
         self.drift = DriftTracker(embedder, thresholds=thresholds, every=every)
         self.embedder, self.traps, self.topics = embedder, traps, topics
@@ -129,6 +135,8 @@ class ChainMonitor:
             for name, fraction in self.topics.fractions().items():
                 metrics[f"{p}topic/{name}"] = fraction
         self.history.append({"step": step, **metrics})
+        if self.keep_history is not None:
+            del self.history[: -self.keep_history]
         for logger in self.loggers:
             logger.log_metrics(metrics, step=step)
         return metrics
@@ -136,14 +144,14 @@ class ChainMonitor:
     def state_dict(self) -> dict:
         return {"start_tokens": self.start_tokens, "phase": self.phase, "drift": self.drift.state_dict(),
                 "history": list(self.history),
-                "projections": {k: list(v) for k, v in self.projections.items()},
+                "projections": {k: torch.stack(v, 1) if v else None for k, v in self.projections.items()},
                 "traps": None if self.traps is None else self.traps.state_dict(),
                 "topics": None if self.topics is None else self.topics.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         self.start_tokens, self.history = state["start_tokens"], list(state["history"])
         self.phase = state.get("phase")
-        self.projections = {k: list(v) for k, v in state["projections"].items()}
+        self.projections = {k: [] if v is None else list(v.unbind(1)) for k, v in state["projections"].items()}
         self.drift.load_state_dict(state["drift"])
         if self.traps is not None and state["traps"] is not None:
             self.traps.load_state_dict(state["traps"])

@@ -1,0 +1,142 @@
+"""Results of a (temperature x length) sweep: one :class:`SweepCell` per cell, and the grid-level analysis.
+
+A cell holds the raw meeting times of its pairs (censored ones at the budget, with their flags), the start kind of
+each pair, the resampled positions, drift hitting times, the change rate and optional L-lag times. Its summaries are
+censoring-aware (:mod:`.survival`): the Kaplan-Meier median with an interval, the restricted mean up to the budget
+with an interval, for all pairs and for each start kind separately (a pair from the natural start against a random
+filling, and one from two random fillings, can behave differently at low temperature). The interval's bootstrap is
+seeded by the cell's own values, so a cell's summaries do not depend on the rest of the grid.
+
+:func:`analyse_grid` fits ``C(tau) n log n`` per temperature on the lengths whose pairs all met, and the phase
+boundary ``tau_c(n)`` with a bootstrap interval.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..sampling.grid import START_KINDS
+from ..sampling.streams import stream_key
+from .meeting import HittingTimes, MeetingTimes
+from .scaling import BoundaryPoint, ScalingFit, boundary_interval, fit_scaling
+from .survival import SurvivalSummary, summarise_survival
+
+
+@dataclass
+class SweepCell:
+    """One (temperature, length) cell.
+
+    Attributes:
+        temperature, num_sites: the cell; ``sites`` the positions its pairs and chains resample.
+        meeting: meeting times of its pairs (the budget where censored).
+        kinds: ``[P]`` index of each pair's start kind in :data:`~mlm_dynamics.sampling.grid.START_KINDS`.
+        hitting: drift hitting times per threshold; ``change_rate``: fraction of drift-chain steps that changed a
+            token; ``drift_curve``: mean relative drift at the observation steps.
+        lagged: L-lag meeting times, if run.
+        survival, by_kind: censoring-aware summaries of all pairs and of each start kind present.
+    """
+
+    temperature: float
+    num_sites: int
+    sites: list[int]
+    meeting: MeetingTimes
+    kinds: Tensor
+    hitting: dict[float, HittingTimes] = field(default_factory=dict)
+    change_rate: float = math.nan
+    lagged: MeetingTimes | None = None
+    drift_curve: list[float] = field(default_factory=list)
+    survival: SurvivalSummary | None = None
+    by_kind: dict[str, SurvivalSummary] = field(default_factory=dict)
+
+    def summarise(self, replicates: int, seed: int) -> None:
+        """Fill :attr:`survival` and :attr:`by_kind` (bootstrap seeded by ``seed`` and the cell's own values)."""
+        budget = self.meeting.budget
+        key = stream_key(seed, float(self.temperature), self.num_sites) & (2**63 - 1)
+        generator = torch.Generator().manual_seed(key)
+        times, censored = self.meeting.times, self.meeting.censored
+        self.survival = summarise_survival(times, censored, budget, replicates=replicates, generator=generator)
+        self.by_kind = {name: summarise_survival(times[self.kinds == k], censored[self.kinds == k], budget,
+                                                 replicates=replicates, generator=generator)
+                        for k, name in enumerate(START_KINDS) if (self.kinds == k).any()}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The measurements (not the summaries, which :meth:`summarise` recomputes), as tensors and numbers."""
+        def times(value: MeetingTimes) -> dict[str, Any]:
+            return {"times": value.times, "censored": value.censored, "lag": value.lag, "max_steps": value.max_steps}
+
+        return {"temperature": self.temperature, "num_sites": self.num_sites, "sites": list(self.sites),
+                "meeting": times(self.meeting), "kinds": self.kinds,
+                "hitting": {str(k): times(v) for k, v in self.hitting.items()}, "change_rate": self.change_rate,
+                "lagged": None if self.lagged is None else times(self.lagged), "drift_curve": list(self.drift_curve)}
+
+    @classmethod
+    def from_state_dict(cls, state: dict[str, Any]) -> SweepCell:
+        return cls(temperature=float(state["temperature"]), num_sites=int(state["num_sites"]),
+                   sites=list(state["sites"]), meeting=MeetingTimes(**state["meeting"]), kinds=state["kinds"],
+                   hitting={float(k): HittingTimes(**v) for k, v in state["hitting"].items()},
+                   change_rate=float(state["change_rate"]),
+                   lagged=None if state["lagged"] is None else MeetingTimes(**state["lagged"]),
+                   drift_curve=list(state["drift_curve"]))
+
+    @property
+    def n_log_n(self) -> float:
+        return self.num_sites * math.log(self.num_sites)
+
+    def summary(self, tv_steps: Sequence[int] = ()) -> dict[str, float]:
+        """The cell's row: quantiles and censoring (:meth:`MeetingTimes.summary`), the censoring-aware summaries of
+        all pairs and of each start kind (``{kind}/...``), the restricted mean over ``n log n``, hitting times and
+        TV bounds."""
+        out = {"temperature": self.temperature, "num_sites": float(self.num_sites), **self.meeting.summary()}
+        out["meeting_time_mean"] = float(self.meeting.times.double().mean())
+        if self.survival is not None:
+            out.update(self.survival.summary())
+            out["restricted_mean_over_n_log_n"] = self.survival.restricted_mean / self.n_log_n
+        for kind, summary in self.by_kind.items():
+            out.update({f"{kind}/{key}": value for key, value in summary.summary().items()})
+        out["change_rate"] = self.change_rate
+        for threshold, times in self.hitting.items():
+            hit = times.summary((0.5,))
+            out[f"hitting_time_median_d{threshold:g}"] = hit["hitting_time_median"]
+            out[f"hitting_censored_fraction_d{threshold:g}"] = hit["censored_fraction"]
+        if self.lagged is not None:
+            out.update({k: v for k, v in self.lagged.summary(tv_steps=tv_steps).items() if k.startswith("tv_bound")})
+        return out
+
+
+@dataclass
+class GridAnalysis:
+    """Per temperature the ``C(tau)`` fits of meeting (and drift hitting) times; per length the boundary."""
+
+    fits: dict[float, ScalingFit]
+    hitting_fits: dict[float, dict[float, ScalingFit]]
+    boundary: list[BoundaryPoint]
+
+
+def analyse_grid(cells: Sequence[SweepCell], *, thresholds: Sequence[float] = (), bootstrap: int = 200,
+                 seed: int = 0) -> GridAnalysis:
+    """Fits per temperature on the uncensored lengths, and ``tau_c(n)`` with its bootstrap interval per length."""
+    temperatures = sorted({c.temperature for c in cells})
+    lengths = sorted({c.num_sites for c in cells})
+    fits, hitting_fits = {}, {}
+    for tau in temperatures:
+        row = [c for c in cells if c.temperature == tau]
+        fits[tau] = fit_scaling({c.num_sites: c.meeting for c in row}, num_bootstrap=bootstrap, seed=seed)
+        if thresholds and all(c.hitting for c in row):
+            hitting_fits[tau] = {threshold: fit_scaling({c.num_sites: c.hitting[threshold] for c in row},
+                                                        num_bootstrap=bootstrap, seed=seed)
+                                 for threshold in thresholds}
+    boundary = []
+    for n in lengths:
+        column = sorted((c for c in cells if c.num_sites == n), key=lambda c: c.temperature)
+        boundary.append(boundary_interval(n, [c.temperature for c in column], [c.meeting.censored for c in column],
+                                          replicates=bootstrap, seed=seed))
+    return GridAnalysis(fits=fits, hitting_fits=hitting_fits, boundary=boundary)
+
+
+__all__ = ["GridAnalysis", "SweepCell", "analyse_grid"]

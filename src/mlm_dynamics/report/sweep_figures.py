@@ -1,0 +1,171 @@
+"""Figures of a sweep: the phase diagram, Kaplan-Meier curves, C(tau) and the log-log slopes, TV bounds, drift."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+from ..diagnostics.survival import kaplan_meier
+from ..experiments.sweep import SweepResult
+from ..sampling.grid import START_KINDS
+from .figures import COLORMAP, colors, new_figure
+
+
+def _grid(result: SweepResult) -> tuple[list[float], list[int]]:
+    return sorted({c.temperature for c in result.cells}), sorted({c.num_sites for c in result.cells})
+
+
+def phase_matrix(result: SweepResult) -> tuple[np.ndarray, np.ndarray]:
+    """``(values, censored)`` ``[lengths, temperatures]``: the restricted mean meeting time ``E min(T, budget)``
+    over ``n log n`` (monotone in how long pairs take, finite for every cell), and the fraction of censored pairs."""
+    temperatures, lengths = _grid(result)
+    values = np.full((len(lengths), len(temperatures)), np.nan)
+    censored = np.zeros_like(values)
+    for cell in result.cells:
+        row, col = lengths.index(cell.num_sites), temperatures.index(cell.temperature)
+        assert cell.survival is not None, "cells are summarised when the sweep finishes"
+        values[row, col] = cell.survival.restricted_mean / cell.n_log_n
+        censored[row, col] = cell.survival.censored_fraction
+    return values, censored
+
+
+def phase_diagram(result: SweepResult) -> Figure:
+    """Heatmap over (tau, n) of the restricted mean meeting time / (n log n); cells with censored pairs are marked
+    (hatched where at least half are: the value is then a lower bound), and the boundary tau_c(n) is drawn with its
+    bootstrap interval where it lies inside the grid."""
+    temperatures, lengths = _grid(result)
+    values, censored = phase_matrix(result)
+    figure = new_figure()
+    axes = figure.add_subplot()
+    image = axes.imshow(np.log10(values), origin="lower", aspect="auto", cmap=COLORMAP)
+    figure.colorbar(image, ax=axes, label="log10 restricted mean meeting time / (n log n)")
+    for row, col in zip(*np.nonzero(censored >= 0.5), strict=True):
+        axes.add_patch(Rectangle((col - 0.5, row - 0.5), 1, 1, fill=False, hatch="xx", edgecolor="white", lw=0))
+    for row, col in zip(*np.nonzero((censored > 0) & (censored < 0.5)), strict=True):
+        axes.plot(col, row, marker=".", color="white")
+    log_t, positions = np.log(temperatures), np.arange(len(temperatures))
+    points = [(b, lengths.index(b.num_sites)) for b in result.analysis.boundary if b.status == "interpolated"]
+    if points:
+        xs = [np.interp(math.log(b.temperature), log_t, positions) for b, _ in points]
+        ys = [row for _, row in points]
+        low = [np.interp(math.log(max(b.low, temperatures[0])), log_t, positions) for b, _ in points]
+        high = [np.interp(math.log(min(b.high, temperatures[-1])), log_t, positions) for b, _ in points]
+        axes.errorbar(xs, ys, xerr=[np.subtract(xs, low), np.subtract(high, xs)], fmt="w-o", lw=2, capsize=3,
+                      label="tau_c(n): half the pairs censored (95% interval)")
+        axes.legend(loc="upper right", fontsize=8)
+    axes.set_xticks(range(len(temperatures)), [f"{t:g}" for t in temperatures])
+    axes.set_yticks(range(len(lengths)), [str(n) for n in lengths])
+    axes.set_xlabel("temperature tau")
+    axes.set_ylabel("resampled sites n")
+    axes.set_title("Coupling time over (tau, n); hatched: half or more censored, dot: some", fontsize=10)
+    return figure
+
+
+def survival_curves(result: SweepResult, max_panels: int = 4) -> Figure:
+    """Kaplan-Meier ``P(T_meet > t)`` per temperature, one panel per length (the largest ``max_panels``), solid for
+    natural-random pairs and dashed for random-random ones; it bounds the total variation between the chains from
+    the two starts."""
+    temperatures, lengths = _grid(result)
+    shown = lengths[-max_panels:]
+    figure = new_figure(3.2 * len(shown), 3.4)
+    for k, n in enumerate(shown):
+        axes = figure.add_subplot(1, len(shown), k + 1)
+        for tau, color in zip(temperatures, colors(len(temperatures)), strict=True):
+            cell = result.cell(tau, n)
+            for kind, style in zip(range(len(START_KINDS)), ("-", "--"), strict=True):
+                chosen = cell.kinds == kind
+                if not chosen.any():
+                    continue
+                steps, survival = kaplan_meier(cell.meeting.times[chosen], cell.meeting.censored[chosen])
+                steps = torch.cat([torch.zeros(1, dtype=torch.float64), steps,
+                                   torch.tensor([cell.meeting.budget], dtype=torch.float64)])
+                survival = torch.cat([torch.ones(1, dtype=torch.float64), survival, survival[-1:] if len(survival)
+                                      else torch.ones(1, dtype=torch.float64)])
+                axes.step(steps.numpy(), survival.numpy(), where="post", color=color, ls=style,
+                          label=f"tau={tau:g}" if kind == 0 or not (cell.kinds == 0).any() else None)
+        axes.set_title(f"n = {n}")
+        axes.set_xlabel("step t")
+        axes.set_ylim(-0.02, 1.02)
+        if k == 0:
+            axes.set_ylabel("P(T_meet > t) (dashed: random-random)")
+            axes.legend(fontsize=7)
+    return figure
+
+
+def scaling_constants(result: SweepResult) -> Figure:
+    """``C(tau)`` of ``E T = C n log n`` fitted on the lengths whose pairs all met, with bootstrap intervals, and the
+    log-log slope of ``T`` against ``n log n`` (about 1 where meeting times grow like ``n log n``)."""
+    fits = {tau: fit for tau, fit in sorted(result.analysis.fits.items()) if fit.lengths}
+    figure = new_figure(9.0, 3.6)
+    left, right = figure.add_subplot(1, 2, 1), figure.add_subplot(1, 2, 2)
+    for tau, fit in fits.items():
+        left.errorbar([tau], [fit.C], yerr=[[fit.C - fit.C_low], [fit.C_high - fit.C]], fmt="o", color="C0",
+                      capsize=3)
+        if math.isfinite(fit.slope):
+            right.errorbar([tau], [fit.slope], yerr=[[fit.slope - fit.slope_low], [fit.slope_high - fit.slope]],
+                           fmt="o", color="C1", capsize=3)
+    right.axhline(1.0, color="grey", ls=":", lw=1)
+    for axes in (left, right):
+        axes.set_xscale("log")
+        axes.xaxis.set_major_formatter(ScalarFormatter())
+        axes.xaxis.set_minor_formatter(NullFormatter())
+        if fits:
+            axes.set_xticks(list(fits))
+        axes.set_xlabel("temperature tau")
+    left.set_yscale("log")
+    left.set_ylabel("C(tau)")
+    left.set_title("E T = C n log n (uncensored lengths)", fontsize=10)
+    right.set_ylabel("slope of log T on log(n log n)")
+    right.set_title("about 1: T grows like n log n", fontsize=10)
+    if result.influence is not None:
+        crossing = result.influence.contraction_temperature()
+        if math.isfinite(crossing) and crossing > min(result.influence.temperatures.tolist()):
+            left.axvline(crossing, color="C3", ls="--", label=f"influence estimate < 1 from {crossing:.3g}")
+            left.legend(fontsize=7)
+    return figure
+
+
+def tv_bounds(result: SweepResult) -> Figure:
+    """L-lag upper bounds on ``TV(mu_0 P^t, pi)`` against t, per temperature, for the largest length."""
+    temperatures, lengths = _grid(result)
+    n = lengths[-1]
+    figure = new_figure()
+    axes = figure.add_subplot()
+    for tau, color in zip(temperatures, colors(len(temperatures)), strict=True):
+        lagged = result.cell(tau, n).lagged
+        if lagged is None:
+            continue
+        steps = torch.arange(0, int(lagged.budget) + 1, max(1, int(lagged.budget) // 200))
+        axes.plot(steps.numpy(), lagged.tv_upper_bound(steps).numpy(), color=color, label=f"tau={tau:g}")
+    axes.set_xlabel("step t")
+    axes.set_ylabel("upper bound on TV(mu_0 P^t, pi)")
+    axes.set_title(f"L-lag coupling bounds, n = {n}")
+    axes.legend(fontsize=8)
+    return figure
+
+
+def drift_curves(result: SweepResult, every: int) -> Figure:
+    """Mean drift of the drift chains against steps, per temperature, for the largest length."""
+    temperatures, lengths = _grid(result)
+    n = lengths[-1]
+    figure = new_figure()
+    axes = figure.add_subplot()
+    for tau, color in zip(temperatures, colors(len(temperatures)), strict=True):
+        curve = result.cell(tau, n).drift_curve
+        axes.plot(np.arange(len(curve)) * every, curve, color=color, label=f"tau={tau:g}")
+    for threshold in result.config.drift.thresholds:
+        axes.axhline(threshold, color="grey", ls=":", lw=1)
+    axes.set_xlabel("step")
+    unit = " / distance to random fillings" if result.config.drift.relative else ""
+    axes.set_ylabel(f"drift from the start ({result.config.drift.distance}{unit})")
+    axes.set_title(f"Drift chains, n = {n} (dotted: hitting thresholds)")
+    axes.legend(fontsize=8)
+    return figure
+
+
+__all__ = ["drift_curves", "phase_diagram", "phase_matrix", "scaling_constants", "survival_curves", "tv_bounds"]
