@@ -50,7 +50,7 @@ def median_seconds(fn, repeats: int) -> float:
 def variants(model, denoiser, batch: int, length: int):
     tokens = torch.randint(1000, VOCAB, (batch, length))
     sampler = GlauberSampler(denoiser, 1.0)
-    state = sampler.init_state(tokens, seed=0, sites=torch.arange(1, length - 1).expand(batch, -1))
+    state = sampler.init_state(tokens, generator=0, sites=torch.arange(1, length - 1).expand(batch, -1))
     generator = torch.Generator().manual_seed(0)
     allowed = denoiser.vocab.allowed_mask()
 

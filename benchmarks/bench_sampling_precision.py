@@ -87,7 +87,7 @@ def cost(batch: int, length: int, repeats: int) -> None:
     steps = {}
     for dtype in (torch.float32, torch.float64):
         sampler = GlauberSampler(denoiser, 1.0, sampling_dtype=dtype)
-        state = sampler.init_state(tokens, seed=0, sites=sites)
+        state = sampler.init_state(tokens, generator=0, sites=sites)
         steps[str(dtype).split(".")[1]] = median_seconds(lambda s=sampler, st=state: s.step(st), repeats)
 
     @torch.no_grad()

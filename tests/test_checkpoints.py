@@ -16,7 +16,7 @@ from mlm_dynamics.models import PairwiseMRFDenoiser
 from mlm_dynamics.sampling import ChainState, GlauberSampler
 
 QUICK = ["--set", "model.num_layers=1", "--set", "chains.num_chains=2",
-         "--set", "chains.temperatures=[1.0, 2.0]", "--set", "run.record_every=2",
+         "--set", "temperatures=[1.0, 2.0]", "--set", "run.record_every=2",
          "--set", "coupling.enabled=false", "--set", "rectangle.enabled=false", "--set", "margins.enabled=false",
          "--set", "influence.enabled=false", "--set", "chains.window=[90, 100]"]
 
@@ -172,9 +172,9 @@ def test_sigterm_ends_a_sweep_with_one_line(tmp_path):
 
 
 def test_chains_saved_on_another_device_type_resume_with_a_reseeded_stream():
-    model = PairwiseMRFDenoiser.random(4, 3, seed=1)
+    model = PairwiseMRFDenoiser.random(4, 3, generator=1)
     sampler = GlauberSampler(model, 1.0)
-    state = sampler.init_state(torch.zeros(2, 4, dtype=torch.long), seed=0)
+    state = sampler.init_state(torch.zeros(2, 4, dtype=torch.long), generator=0)
     saved = {**state.state_dict(), "rng_device": "cuda", "rng": torch.zeros(16, dtype=torch.uint8)}
     with pytest.warns(UserWarning, match="re-seeded"):
         first = ChainState.from_state_dict(saved, "cpu")

@@ -3,18 +3,19 @@ import json
 import pytest
 
 from mlm_dynamics.cli import main
+from mlm_dynamics.experiments.config import ConfigError, RunConfig, load_config
 from mlm_dynamics.models.pretrained import EXAMPLE_ANTIBODIES
 
 
 def test_main_job_writes_a_complete_report(tmp_path, capsys):
     pytest.importorskip("antiberty")
     out = tmp_path / "run"
-    code = main(["run", "--config", "configs/antiberty-default.yaml", "--out", str(out),
+    code = main(["run", "--config", "antiberty-default", "--out", str(out),
                  "--set", "model.num_layers=1", "--set", "chains.num_chains=2",
-                 "--set", "chains.temperatures=[1.0, 2.0]", "--set", "run.num_steps=6",
+                 "--set", "temperatures=[1.0, 2.0]", "--set", "run.num_steps=6",
                  "--set", "run.record_every=3", "--set", "coupling.num_pairs=2", "--set", "coupling.max_steps=4",
                  "--set", "rectangle.pairs_per_context=1", "--set", "rectangle.num_tokens=2",
-                 "--set", "influence.max_sites=3", "--set", "influence.temperatures=[1.0]",
+                 "--set", "influence.max_sites=3",
                  "--set", "chains.crop=16"])
     assert code == 0
     report = json.loads((out / "report.json").read_text())
@@ -28,7 +29,9 @@ def test_main_job_writes_a_complete_report(tmp_path, capsys):
     assert report["config"]["chains"]["crop"] == 16 and "chains.crop = 16" in report["notes"][0]
     for sequence in chains["final_sequences"]:
         assert len(sequence) == 45 and sequence[:16] == natural[77:93] and sequence[32:] == natural[109:]
-    assert [len(t["meeting_times"]) for t in report["mixing"]["by_temperature"]] == [2] * 4  # per temperature
+    ladder = report["mixing"]["by_temperature"]
+    assert [t["temperature"] for t in ladder] == [1.0, 2.0] and [len(t["meeting_times"]) for t in ladder] == [2] * 2
+    assert report["influence"]["temperatures"] == [1.0, 2.0]  # the one ladder
     assert report["rectangle"]["num_rectangles"] == 2
     assert set(report["margins"]) == {"start", "final"}
     assert "dobrushin_tau1" in report["influence"] and report["influence"]["sites"] == [17, 18, 19]
@@ -38,7 +41,7 @@ def test_main_job_writes_a_complete_report(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(("override", "message"), [
-    ("sampler.temperature=0", "temperature must be a finite number > 0"),
+    ("temperatures=[0]", "temperatures must be a non-empty list of finite numbers > 0"),
     ("sampler.bogus=1", "sampler.bogus"),
     ("chains.window=[5, 500]", "chains.window"),
     ("model.source=nowhere", "model.source"),
@@ -50,11 +53,12 @@ def test_bad_configuration_exits_with_a_clear_message(tmp_path, capsys, override
 
 
 QUICK = ["--set", "model.num_layers=1", "--set", "chains.num_chains=2",
-         "--set", "chains.temperatures=[1.0, 2.0]", "--set", "run.record_every=2",
+         "--set", "temperatures=[1.0, 2.0]", "--set", "run.record_every=2",
          "--set", "coupling.enabled=false", "--set", "rectangle.enabled=false", "--set", "margins.enabled=false",
          "--set", "run.checkpoint_every=2"]
 
 
+@pytest.mark.slow
 def test_interrupted_run_resumes_bit_identically(tmp_path):
     pytest.importorskip("antiberty")
     whole, split = tmp_path / "whole", tmp_path / "split"
@@ -65,5 +69,34 @@ def test_interrupted_run_resumes_bit_identically(tmp_path):
     for key in ("final_sequences", "site_change_counts", "change_rate", "hamming_to_start_mean"):
         assert reports[0][key] == reports[1][key]
     assert (whole / "trajectory.csv").read_text() == (split / "trajectory.csv").read_text()
-    assert main(["run", "--out", str(split), "--set", "run.num_steps=6", "--set", "sampler.temperature=2.0",
-                 "--resume", *QUICK]) == 2
+    assert main(["run", "--out", str(split), "--set", "run.num_steps=6", "--resume", *QUICK,
+                 "--set", "temperatures=[2.0, 4.0]"]) == 2
+
+
+def test_config_paths_resolve_against_the_config_file(tmp_path, monkeypatch):
+    """A config and its data files travel together: ``topics: mine.yaml`` names the file beside the config, from any
+    working directory; a packaged set resolves by name; a missing file is an error naming the key."""
+    from mlm_dynamics.experiments.semantics import CaseStudyConfig
+
+    folder = tmp_path / "study"
+    folder.mkdir()
+    (folder / "mine.yaml").write_text("topics:\n  sea: [The ship sailed across the stormy sea.]\n")
+    (folder / "study.yaml").write_text("topics: mine.yaml\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    config = load_config(CaseStudyConfig, folder / "study.yaml")
+    assert config.topics == str(folder / "mine.yaml")
+    assert load_config(CaseStudyConfig, None, ["topics=politics"]).topics == "politics"
+    with pytest.raises(ConfigError, match="topics must be a YAML file of topic anchors or a packaged set"):
+        load_config(CaseStudyConfig, None, ["topics=nowhere.yaml"])
+
+
+@pytest.mark.parametrize("name", ["sweep-ising", "sweep-ising.yaml"])
+def test_presets_load_by_name_from_any_directory(tmp_path, monkeypatch, name):
+    monkeypatch.chdir(tmp_path)
+    from mlm_dynamics.experiments.config import SweepConfig
+
+    assert load_config(SweepConfig, name).model.source == "ising"
+    with pytest.raises(ConfigError, match="preset 'sweep-ising' is for `mlm-dynamics sweep`, not `run`"):
+        load_config(RunConfig, name)

@@ -6,8 +6,9 @@ from scipy.stats import chisquare
 
 from helpers import chi_square_pvalue
 from mlm_dynamics import GlauberSampler, PairwiseMRFDenoiser
-from mlm_dynamics.models.exact import glauber_transition_matrix, state_index, tv_to_stationarity
-from mlm_dynamics.sampling.coupling import CoupledGlauberChains, lagged_meeting_times, maximal_coupling, meeting_times
+from mlm_dynamics.diagnostics.meeting import lagged_meeting_times, meeting_times, meeting_times_of
+from mlm_dynamics.sampling.coupling import CoupledGlauberChains, maximal_coupling
+from mlm_dynamics.sampling.exact import glauber_transition_matrix, state_index, tv_to_stationarity
 
 N = 200_000
 
@@ -46,7 +47,7 @@ def test_maximal_coupling_edge_cases():
 
 @pytest.fixture(scope="module")
 def mrf():
-    return PairwiseMRFDenoiser.random(4, 3, scale=0.8, seed=2)
+    return PairwiseMRFDenoiser.random(4, 3, scale=0.8, generator=2)
 
 
 def test_coupled_chains_have_exact_marginals_and_stay_together(mrf):
@@ -56,7 +57,7 @@ def test_coupled_chains_have_exact_marginals_and_stay_together(mrf):
     x0 = torch.zeros(pairs, 4, dtype=torch.long)
     y0 = torch.full((pairs, 4), 2)
     chains = CoupledGlauberChains(GlauberSampler(mrf, 1.0))
-    state = chains.init_state(x0, y0, seed=0)
+    state = chains.init_state(x0, y0, generator=0)
     for _ in range(steps):
         met_before = state.met_at >= 0
         distance = chains.step(state)
@@ -75,7 +76,7 @@ def test_meeting_times_bound_tv_between_starts(mrf):
     pairs = 4000
     x0 = torch.zeros(pairs, 4, dtype=torch.long)
     y0 = torch.full((pairs, 4), 2)
-    result = meeting_times(GlauberSampler(mrf, 1.0), x0, y0, max_steps=400, seed=3)
+    result = meeting_times(GlauberSampler(mrf, 1.0), x0, y0, max_steps=400, generator=3)
     assert result.censored_fraction == 0.0
     kernel = glauber_transition_matrix(mrf, 4)
     t_grid = torch.tensor([0, 5, 10, 20, 40])
@@ -86,9 +87,9 @@ def test_meeting_times_bound_tv_between_starts(mrf):
         law_x = start_x @ torch.linalg.matrix_power(kernel, t)
         law_y = start_y @ torch.linalg.matrix_power(kernel, t)
         assert s + 3 * math.sqrt(max(s * (1 - s), 1e-4) / pairs) >= 0.5 * (law_x - law_y).abs().sum()
-    same = meeting_times(GlauberSampler(mrf, 1.0), x0[:10], x0[:10], max_steps=5, seed=0)
+    same = meeting_times(GlauberSampler(mrf, 1.0), x0[:10], x0[:10], max_steps=5, generator=0)
     assert same.times.tolist() == [0] * 10 and not same.censored.any()
-    censored = meeting_times(GlauberSampler(mrf, 1.0), x0[:50], y0[:50], max_steps=1, seed=0)
+    censored = meeting_times(GlauberSampler(mrf, 1.0), x0[:50], y0[:50], max_steps=1, generator=0)
     assert censored.censored.any() and (censored.times[censored.censored] == 1).all()
     assert math.isinf(censored.quantiles(torch.tensor([1.0]))[0])
 
@@ -97,7 +98,7 @@ def test_meeting_times_bound_tv_between_starts(mrf):
 def test_lagged_coupling_tv_bound_holds_against_exact_tv(mrf, lag):
     pairs = 3000
     x0 = torch.zeros(pairs, 4, dtype=torch.long)
-    result = lagged_meeting_times(GlauberSampler(mrf, 1.0), x0, x0.clone(), lag=lag, max_steps=2000, seed=5)
+    result = lagged_meeting_times(GlauberSampler(mrf, 1.0), x0, x0.clone(), lag=lag, max_steps=2000, generator=5)
     assert not result.censored.any() and (result.times >= lag).all()
     kernel = glauber_transition_matrix(mrf, 4)
     start = torch.zeros(81, dtype=torch.float64)
@@ -115,7 +116,8 @@ def test_lagged_coupling_tv_bound_holds_against_exact_tv(mrf, lag):
 
 def test_censored_lagged_pairs_give_the_trivial_bound(mrf):
     x0 = torch.zeros(20, 4, dtype=torch.long)
-    result = lagged_meeting_times(GlauberSampler(mrf, 0.05), x0, torch.full((20, 4), 2), lag=2, max_steps=3, seed=0)
+    result = lagged_meeting_times(GlauberSampler(mrf, 0.05), x0, torch.full((20, 4), 2), lag=2, max_steps=3,
+                                  generator=0)
     assert result.censored.any()
     assert result.tv_upper_bound(torch.tensor([0]))[0] == 1.0
 
@@ -127,16 +129,16 @@ def test_coupling_rejects_unsupported_samplers(mrf):
         CoupledGlauberChains(GlauberSampler(mrf, greedy=True))
     with pytest.raises(ValueError, match="multiple of the sweep length"):
         lagged_meeting_times(GlauberSampler(mrf, scan="sweep"), torch.zeros(2, 4, dtype=torch.long),
-                             torch.zeros(2, 4, dtype=torch.long), lag=3, max_steps=5, seed=0)
+                             torch.zeros(2, 4, dtype=torch.long), lag=3, max_steps=5, generator=0)
     with pytest.raises(ValueError, match="agree outside"):
         CoupledGlauberChains(GlauberSampler(mrf)).init_state(
-            torch.zeros(2, 4, dtype=torch.long), torch.ones(2, 4, dtype=torch.long), seed=0,
+            torch.zeros(2, 4, dtype=torch.long), torch.ones(2, 4, dtype=torch.long), generator=0,
             sites=torch.tensor([[0, 1], [0, 1]]))
 
 
 def test_coupled_chains_resume_bit_identically(mrf):
     chains = CoupledGlauberChains(GlauberSampler(mrf, 1.0))
-    state = chains.init_state(torch.zeros(50, 4, dtype=torch.long), torch.full((50, 4), 2), seed=4)
+    state = chains.init_state(torch.zeros(50, 4, dtype=torch.long), torch.full((50, 4), 2), generator=4)
     for _ in range(5):
         chains.step(state)
     saved = state.state_dict()
@@ -152,7 +154,7 @@ def test_met_pairs_leave_the_batch_without_changing_the_law_of_meeting_times():
     alarm rate of one test), and the rows spent are exactly 2 per pair and step until it meets."""
     from scipy.stats import ks_2samp
 
-    model = PairwiseMRFDenoiser.random(5, 3, scale=0.8, seed=3)
+    model = PairwiseMRFDenoiser.random(5, 3, scale=0.8, generator=3)
     pairs = 3000
     x0 = torch.zeros(pairs, 5, dtype=torch.long)
     y0 = torch.full((pairs, 5), 2, dtype=torch.long)
@@ -160,8 +162,8 @@ def test_met_pairs_leave_the_batch_without_changing_the_law_of_meeting_times():
     results = {}
     for freeze in (False, True):
         chains = CoupledGlauberChains(sampler, freeze_met=freeze)
-        state = chains.init_state(x0, y0, seed=11)
-        results[freeze] = (chains.run(state, 400), state.rows)
+        state = chains.init_state(x0, y0, generator=11)
+        results[freeze] = (meeting_times_of(chains.run(state, 400)), state.rows)
     (loose, rows_loose), (frozen, rows_frozen) = results[False], results[True]
     assert frozen.censored_fraction == loose.censored_fraction == 0.0
     assert ks_2samp(loose.times.numpy(), frozen.times.numpy()).pvalue > 1e-3

@@ -70,11 +70,11 @@ def test_entropy_handles_zero_probabilities():
 
 def test_glauber_corrector_touches_only_unmasked_positions_and_follows_the_chain():
     from mlm_dynamics import PairwiseMRFDenoiser
-    from mlm_dynamics.models.exact import glauber_transition_matrix
     from mlm_dynamics.sampling import GlauberCorrector
+    from mlm_dynamics.sampling.exact import glauber_transition_matrix
 
-    mrf = PairwiseMRFDenoiser.random(3, 3, scale=0.7, seed=4)
-    corrector = GlauberCorrector(mrf, steps=5, seed=1)
+    mrf = PairwiseMRFDenoiser.random(3, 3, scale=0.7, generator=4)
+    corrector = GlauberCorrector(mrf, steps=5, generator=1)
     tokens = torch.zeros(2000, 3, dtype=torch.long)
     masked = torch.zeros_like(tokens, dtype=torch.bool)
     masked[:1000, 1] = True  # half the rows still have position 1 masked
@@ -82,7 +82,7 @@ def test_glauber_corrector_touches_only_unmasked_positions_and_follows_the_chain
     assert (out[:1000, 1] == 0).all()  # never touched
     assert (out[1000:] != 0).any() and corrector.changes > 0
     # with nothing masked, k corrector steps are k steps of the Glauber kernel: compare with the exact law
-    out = GlauberCorrector(mrf, steps=4, seed=2)(torch.zeros(20000, 3, dtype=torch.long))
+    out = GlauberCorrector(mrf, steps=4, generator=2)(torch.zeros(20000, 3, dtype=torch.long))
     kernel = glauber_transition_matrix(mrf, 3)
     start = torch.zeros(27, dtype=torch.float64)
     start[0] = 1.0

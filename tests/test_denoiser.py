@@ -171,7 +171,7 @@ def test_padded_rows_give_the_conditionals_of_the_unpadded_sequences():
     equal those of its sequence alone; padded_sites lists each row's own sites."""
     from mlm_dynamics.training import tiny_bert_denoiser
 
-    denoiser = tiny_bert_denoiser(seed=3).eval()
+    denoiser = tiny_bert_denoiser(generator=3).eval()
     short, long = [1, 5, 6, 7, 2], [1, 8, 9, 10, 11, 12, 2]
     batch = torch.tensor([[*short, 0, 0], long])
     sites, counts = denoiser.padded_sites(batch)
@@ -182,6 +182,24 @@ def test_padded_rows_give_the_conditionals_of_the_unpadded_sequences():
         alone = [denoiser.conditional_logits(torch.tensor([row]), positions[k:k + 1]) for k, row in
                  enumerate((short, long))]
     torch.testing.assert_close(together, torch.cat(alone), rtol=1e-5, atol=1e-5)
+
+
+def test_tiny_bert_is_a_function_of_its_generator_alone():
+    """Every weight comes from the given generator: the same seed under two different global states gives the same
+    model, another seed a different one in every parameter tensor that is drawn, and the global state is untouched."""
+    from mlm_dynamics.training import tiny_bert_denoiser
+
+    models = []
+    for global_seed in (0, 1):
+        torch.manual_seed(global_seed)
+        before = torch.random.get_rng_state()
+        models.append(dict(tiny_bert_denoiser(generator=3).model.named_parameters()))
+        assert torch.equal(torch.random.get_rng_state(), before)
+    other = dict(tiny_bert_denoiser(generator=4).model.named_parameters())
+    for name, parameter in models[0].items():
+        assert torch.equal(parameter, models[1][name]), name
+        drawn = parameter.dim() == 2
+        assert drawn == (not torch.equal(parameter, other[name])), name
 
 
 def test_other_families_fall_back_to_full_logits_exactly_with_one_warning():

@@ -4,6 +4,7 @@ import sys
 import textwrap
 
 import lightning as L
+import pytest
 import torch
 from torch.utils.data import DataLoader
 
@@ -73,6 +74,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow
 def test_ddp_ranks_agree_on_the_budget_and_pooled_values(tmp_path):
     script = tmp_path / "ddp_fit.py"
     script.write_text(textwrap.dedent(SCRIPT))

@@ -58,7 +58,7 @@ def test_chains_run_on_the_english_model(english):
     denoiser, codec = english
     tokens = torch.tensor([codec.encode("the old man walked slowly down the road .")] * 2)
     sampler = GlauberSampler(denoiser, 1.0)
-    state = sampler.init_state(tokens, seed=0)
+    state = sampler.init_state(tokens, generator=0)
     for _ in sampler.run(state, 10):
         pass
     assert (state.tokens[:, 0] == codec.tokenizer.cls_token_id).all()

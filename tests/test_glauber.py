@@ -11,22 +11,21 @@ from mlm_dynamics import (
     FullSequenceDenoiser,
     GlauberSampler,
     PairwiseMRFDenoiser,
-    PseudoLogLikelihoodEnergy,
     VocabInfo,
-    tempered_log_probs,
 )
-from mlm_dynamics.models.exact import glauber_transition_matrix, tv_to_stationarity
+from mlm_dynamics.sampling import PseudoLogLikelihoodEnergy, tempered_log_probs
+from mlm_dynamics.sampling.exact import glauber_transition_matrix, tv_to_stationarity
 
 CHAINS = 20_000
 
 
 @pytest.fixture(scope="module")
 def mrf():
-    return PairwiseMRFDenoiser.random(4, 3, scale=0.7, seed=1)
+    return PairwiseMRFDenoiser.random(4, 3, scale=0.7, generator=1)
 
 
 def run_to_stationarity(sampler, num_sites, steps, seed=0, states=3):
-    state = sampler.init_state(torch.zeros(CHAINS, num_sites, dtype=torch.long), seed=seed)
+    state = sampler.init_state(torch.zeros(CHAINS, num_sites, dtype=torch.long), generator=seed)
     for _ in sampler.run(state, steps):
         pass
     return state.tokens
@@ -73,7 +72,7 @@ def test_block_updates_without_correction_are_biased():
 
 def test_heat_bath_with_exact_energy_always_accepts(mrf):
     sampler = GlauberSampler(mrf, 1.0, energy=mrf.energy)
-    state = sampler.init_state(torch.randint(3, (500, 4)), seed=3)
+    state = sampler.init_state(torch.randint(3, (500, 4)), generator=3)
     assert all(bool(record.accepted.all()) for record in sampler.run(state, 20))
 
 
@@ -87,7 +86,7 @@ def test_pseudo_log_likelihood_energy_matches_definition(mrf):
     torch.testing.assert_close(energy, expected)
     # PLL is not the joint's energy, so MH against it rejects some heat-bath proposals
     sampler = GlauberSampler(mrf, 1.0, energy=PseudoLogLikelihoodEnergy(mrf))
-    state = sampler.init_state(torch.randint(3, (200, 4)), seed=0)
+    state = sampler.init_state(torch.randint(3, (200, 4)), generator=0)
     accepted = torch.cat([record.accepted for record in sampler.run(state, 10)])
     assert 0.5 < accepted.float().mean() < 1.0
 
@@ -103,7 +102,7 @@ def test_forbidden_and_frame_tokens_are_never_touched():
     denoiser = FullSequenceDenoiser(loud_specials, vocab)
     tokens = torch.tensor([[0, 3, 4, 5, 1]]).repeat(64, 1)
     sampler = GlauberSampler(denoiser, 1.0)
-    state = sampler.init_state(tokens, seed=0)
+    state = sampler.init_state(tokens, generator=0)
     assert state.sites.tolist()[0] == [1, 2, 3]
     records = list(sampler.run(state, 50))
     new = torch.cat([r.new_tokens for r in records])
@@ -144,7 +143,7 @@ def test_tempered_log_probs_is_a_normalised_truncated_softmax(raw, tau, k):
 
 def test_greedy_reaches_a_coordinatewise_mode(mrf):
     sampler = GlauberSampler(mrf, 1.0, greedy=True, scan="sequential")
-    state = sampler.init_state(torch.randint(3, (100, 4)), seed=0)
+    state = sampler.init_state(torch.randint(3, (100, 4)), generator=0)
     for _ in sampler.run(state, 40):
         pass
     for i in range(4):
@@ -157,7 +156,7 @@ def test_greedy_reaches_a_coordinatewise_mode(mrf):
 def test_resume_is_bit_identical(mrf, options):
     ising = PairwiseMRFDenoiser.ising_chain(4, 0.5)
     sampler = GlauberSampler(ising, 1.3, energy=ising.energy if options.get("block_size") else None, **options)
-    state = sampler.init_state(torch.randint(2, (16, 4)), seed=11)
+    state = sampler.init_state(torch.randint(2, (16, 4)), generator=11)
     for _ in sampler.run(state, 7):
         pass
     buffer = io.BytesIO()
@@ -187,15 +186,17 @@ def test_bad_sampler_options_raise(mrf, kwargs, message):
 
 def test_bad_chain_inputs_raise(mrf):
     with pytest.raises(ValueError, match="non-empty"):
-        GlauberSampler(mrf).init_state(torch.zeros(0, 4, dtype=torch.long), seed=0)
+        GlauberSampler(mrf).init_state(torch.zeros(0, 4, dtype=torch.long), generator=0)
     with pytest.raises(ValueError, match="exceeds the number of sites"):
-        GlauberSampler(mrf, block_size=5).init_state(torch.zeros(2, 4, dtype=torch.long), seed=0)
+        GlauberSampler(mrf, block_size=5).init_state(torch.zeros(2, 4, dtype=torch.long), generator=0)
     with pytest.raises(ValueError, match="must divide"):
-        GlauberSampler(mrf, block_size=3, scan="sweep").init_state(torch.zeros(2, 4, dtype=torch.long), seed=0)
+        GlauberSampler(mrf, block_size=3, scan="sweep").init_state(torch.zeros(2, 4, dtype=torch.long), generator=0)
     with pytest.raises(ValueError, match="exceeds the model's maximum 4"):
-        GlauberSampler(mrf).init_state(torch.zeros(2, 5, dtype=torch.long), seed=0)
+        GlauberSampler(mrf).init_state(torch.zeros(2, 5, dtype=torch.long), generator=0)
+    sampler = GlauberSampler(mrf)
+    state = sampler.init_state(torch.zeros(1, 4, dtype=torch.long), generator=0)
     with pytest.raises(ValueError, match="num_steps"):
-        next(GlauberSampler(mrf).run(GlauberSampler(mrf).init_state(torch.zeros(1, 4, dtype=torch.long), seed=0), -1))
+        next(sampler.run(state, -1))
 
 
 @pytest.mark.parametrize("scan", ["random", "sweep"])
@@ -214,7 +215,7 @@ def test_per_row_temperatures_and_site_counts_reproduce_each_rows_exact_law(mrf,
     sampler = GlauberSampler(mrf, temperature, scan=scan)
     tokens = torch.zeros(len(temperature), 4, dtype=torch.long)
     sites = torch.arange(4).expand(len(temperature), -1)
-    state = sampler.init_state(tokens, seed=5, sites=sites, num_sites=counts)
+    state = sampler.init_state(tokens, generator=5, sites=sites, site_counts=counts)
     for _ in sampler.run(state, 96):
         pass
     conditioned = PairwiseMRFDenoiser(mrf.fields[:3] + mrf.couplings[:3, 3, :, 0], mrf.couplings[:3, :3])
@@ -236,6 +237,7 @@ def test_per_row_temperatures_are_checked(mrf):
     with pytest.raises(ValueError, match="temperature"):
         GlauberSampler(mrf, torch.tensor([1.0, 0.0]))
     with pytest.raises(ValueError, match="per-chain temperatures"):
-        GlauberSampler(mrf, torch.tensor([1.0, 2.0])).init_state(torch.zeros(3, 4, dtype=torch.long), seed=0)
-    with pytest.raises(ValueError, match="num_sites"):
-        GlauberSampler(mrf).init_state(torch.zeros(2, 4, dtype=torch.long), seed=0, num_sites=torch.tensor([0, 4]))
+        GlauberSampler(mrf, torch.tensor([1.0, 2.0])).init_state(torch.zeros(3, 4, dtype=torch.long), generator=0)
+    with pytest.raises(ValueError, match="site_counts"):
+        GlauberSampler(mrf).init_state(torch.zeros(2, 4, dtype=torch.long), generator=0,
+                                       site_counts=torch.tensor([0, 4]))

@@ -5,7 +5,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mlm_dynamics import PairwiseMRFDenoiser, enumerate_states
+from mlm_dynamics import PairwiseMRFDenoiser
 from mlm_dynamics.diagnostics.influence import (
     estimate_influence,
     mixing_time_bound,
@@ -13,6 +13,7 @@ from mlm_dynamics.diagnostics.influence import (
     softmax_tv_bound,
 )
 from mlm_dynamics.diagnostics.margins import escape_probability_bound, local_margins
+from mlm_dynamics.models.toy import enumerate_states
 
 J = 0.6
 
@@ -84,7 +85,7 @@ def test_margins_and_escape_bound_on_the_ising_chain():
     for tau in (0.3, 1.0, 3.0):
         # two states: the bound is exact
         torch.testing.assert_close(margins.escape_bound(tau), margins.change_probability(tau))
-    potts = PairwiseMRFDenoiser.random(5, 6, scale=1.5, seed=3)
+    potts = PairwiseMRFDenoiser.random(5, 6, scale=1.5, generator=3)
     tokens = torch.randint(6, (20, 5))
     margins = local_margins(potts, tokens, chunk_size=7)
     for tau in (0.2, 1.0, 5.0):

@@ -177,6 +177,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow
 def test_two_rank_ddp_fit_is_bit_identical_with_the_plugin(tmp_path):
     script = tmp_path / "ddp_observer.py"
     script.write_text(textwrap.dedent(DDP_SCRIPT))

@@ -12,7 +12,7 @@ def closed_form(model, i, j, a, a2, b, b2):
 
 
 def test_compatible_model_gives_zero_rectangles():
-    model = PairwiseMRFDenoiser.random(6, 5, scale=2.0, seed=0)
+    model = PairwiseMRFDenoiser.random(6, 5, scale=2.0, generator=0)
     report = sample_rectangles(model, torch.randint(5, (8, 6)), pairs_per_context=6, num_tokens=4,
                                generator=torch.Generator().manual_seed(0))
     assert report.values.numel() == 8 * 6 * 36
@@ -21,7 +21,7 @@ def test_compatible_model_gives_zero_rectangles():
 
 
 def test_incompatible_model_matches_the_closed_form_and_scales_as_one_over_tau():
-    model = PairwiseMRFDenoiser.random(5, 4, scale=1.0, compatible=False, seed=1)
+    model = PairwiseMRFDenoiser.random(5, 4, scale=1.0, compatible=False, generator=1)
     contexts = torch.randint(4, (3, 5))
     i, j = torch.tensor([0, 1, 4]), torch.tensor([3, 2, 0])
     tokens_i = torch.tensor([[0, 1, 3], [2, 3, 0], [1, 0, 2]])
@@ -42,7 +42,7 @@ def test_incompatible_model_matches_the_closed_form_and_scales_as_one_over_tau()
 
 
 def test_far_and_uniform_options_and_errors():
-    model = PairwiseMRFDenoiser.random(8, 6, compatible=False, seed=2)
+    model = PairwiseMRFDenoiser.random(8, 6, compatible=False, generator=2)
     contexts = torch.randint(6, (2, 8))
     report = sample_rectangles(model, contexts, min_distance=5, token_choice="uniform", num_tokens=3,
                                generator=torch.Generator().manual_seed(0))

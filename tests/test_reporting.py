@@ -6,7 +6,7 @@ import torch
 from mlm_dynamics.diagnostics import quantile_key, quantile_summary, quantiles
 from mlm_dynamics.experiments import RunConfig, load_config, run_chains
 from mlm_dynamics.metrics import MeetingTimeMetric, RectanglePrevalence
-from mlm_dynamics.report import run_report
+from mlm_dynamics.report.run_report import run_report
 
 
 def test_quantiles_are_type_7_and_unknown_where_censored():
@@ -31,9 +31,9 @@ def test_quantiles_are_type_7_and_unknown_where_censored():
 
 def test_cli_report_and_callback_metrics_agree_on_the_same_data():
     pytest.importorskip("antiberty")
-    config = load_config(RunConfig, "configs/antiberty-default.yaml", [
+    config = load_config(RunConfig, "antiberty-default", [
         "model.num_layers=1", "chains.num_chains=2",
-        "chains.temperatures=[1.0, 2.0]", "run.num_steps=4", "run.record_every=2",
+        "temperatures=[1.0, 2.0]", "run.num_steps=4", "run.record_every=2",
         "coupling.num_pairs=3", "coupling.max_steps=6", "rectangle.pairs_per_context=2", "rectangle.num_tokens=3",
         "influence.enabled=false"])
     result = run_chains(config)
@@ -41,7 +41,7 @@ def test_cli_report_and_callback_metrics_agree_on_the_same_data():
     assert result.coupling is not None and result.rectangle is not None
     # the callbacks log f"{group}/{key}" for key, value in metric.compute(): same keys, same values as the report
     meeting = MeetingTimeMetric()
-    meeting.update(result.coupling.times[config.sampler.temperature])
+    meeting.update(result.coupling.times[config.main_temperature])
     for key, value in meeting.compute().items():
         assert report["mixing"][key] == value, key
     rectangle = RectanglePrevalence()

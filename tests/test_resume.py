@@ -23,7 +23,7 @@ def through_bytes(state):
 
 @pytest.fixture(scope="module")
 def mrf():
-    return PairwiseMRFDenoiser.random(5, 3, scale=1.2, seed=4)
+    return PairwiseMRFDenoiser.random(5, 3, scale=1.2, generator=4)
 
 
 @pytest.mark.parametrize("streams", [False, True])
@@ -33,7 +33,7 @@ def test_chains_resume(mrf, streams, stop):
     keys = torch.tensor([stream_key(1, k) for k in range(4)]) if streams else None
 
     def fresh():
-        return sampler.init_state(torch.zeros(4, 5, dtype=torch.long), seed=3, streams=keys)
+        return sampler.init_state(torch.zeros(4, 5, dtype=torch.long), generator=3, streams=keys)
 
     whole = fresh()
     for _ in sampler.run(whole, 20):
@@ -52,7 +52,7 @@ def test_coupled_chains_resume(mrf, stop):
     chains = CoupledGlauberChains(GlauberSampler(mrf, 0.7), freeze_met=True)
 
     def fresh():
-        return chains.init_state(torch.zeros(16, 5, dtype=torch.long), torch.full((16, 5), 2), seed=5)
+        return chains.init_state(torch.zeros(16, 5, dtype=torch.long), torch.full((16, 5), 2), generator=5)
 
     whole = fresh()
     chains.run(whole, 40)
@@ -71,11 +71,11 @@ def test_replica_exchange_resumes_with_its_adapted_ladder(mrf, stop):
 
     start = torch.zeros(3, 5, dtype=torch.long)
     reference = exchange()
-    whole = reference.init_state(start, seed=2)
+    whole = reference.init_state(start, generator=2)
     reference.run(whole, 40)
     assert not torch.equal(whole.ladder, torch.tensor([0.5, 1.0, 2.0, 4.0], dtype=torch.float64))  # it adapted
     first = exchange()
-    part = first.init_state(start, seed=2)
+    part = first.init_state(start, generator=2)
     first.run(part, stop)
     second = exchange()  # a new process: the ladder of the config, the adapted one only in the checkpoint
     resumed = TemperingState.from_state_dict(through_bytes(part.state_dict()))
@@ -94,8 +94,8 @@ def monitored(mrf, kind):
     monitor = ChainMonitor(FunctionEmbedder(one_hot), every=2, traps=TrapTracker(radius=0.3, dwell=4),
                            topics=TopicAttraction({"zeros": one_hot(torch.zeros(1, 5, dtype=torch.long))},
                                                   threshold=0.5))
-    intervention = TrapIntervention(monitor, sampler, kind, duration=5, seed=1)
-    state = sampler.init_state(torch.zeros(6, 5, dtype=torch.long), seed=7)
+    intervention = TrapIntervention(monitor, sampler, kind, duration=5, generator=1)
+    state = sampler.init_state(torch.zeros(6, 5, dtype=torch.long), generator=7)
     monitor.start(state)
     return sampler, monitor, intervention, state
 

@@ -158,7 +158,7 @@ def test_metrics_pool_like_the_core_and_reduce_with_the_right_functions():
 def test_chain_monitor_in_a_plain_sampling_loop():
     model = PairwiseMRFDenoiser.potts_chain(6, 8, coupling=3.0)
     sampler = GlauberSampler(model, 0.3)
-    state = sampler.init_state(torch.zeros(4, 6, dtype=torch.long), seed=0)
+    state = sampler.init_state(torch.zeros(4, 6, dtype=torch.long), generator=0)
     logged = []
 
     class ListLogger:

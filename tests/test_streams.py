@@ -8,8 +8,9 @@ from scipy.stats import chisquare
 
 from helpers import chi_square_pvalue
 from mlm_dynamics import GlauberSampler, PairwiseMRFDenoiser
-from mlm_dynamics.models.exact import glauber_transition_matrix, state_index
-from mlm_dynamics.sampling.coupling import CoupledGlauberChains, lagged_meeting_times, meeting_times
+from mlm_dynamics.diagnostics.meeting import lagged_meeting_times, meeting_times
+from mlm_dynamics.sampling.coupling import CoupledGlauberChains
+from mlm_dynamics.sampling.exact import glauber_transition_matrix, state_index
 from mlm_dynamics.sampling.streams import mix, mix_int, stream_key, uniforms
 
 
@@ -39,7 +40,7 @@ def test_uniforms_are_uniform_and_unrelated_across_keys_and_steps():
 
 @pytest.fixture(scope="module")
 def mrf():
-    return PairwiseMRFDenoiser.random(4, 3, scale=0.8, seed=2)
+    return PairwiseMRFDenoiser.random(4, 3, scale=0.8, generator=2)
 
 
 def test_chains_on_their_own_streams_have_the_exact_law(mrf):
@@ -49,7 +50,7 @@ def test_chains_on_their_own_streams_have_the_exact_law(mrf):
     temperature = torch.tensor([1.0, 2.0]).repeat_interleave(chains // 2)
     sampler = GlauberSampler(mrf, temperature)
     keys = torch.tensor([stream_key(11, k) for k in range(chains)])
-    state = sampler.init_state(torch.zeros(chains, 4, dtype=torch.long), seed=0, streams=keys)
+    state = sampler.init_state(torch.zeros(chains, 4, dtype=torch.long), generator=0, streams=keys)
     for _ in sampler.run(state, steps):
         pass
     for half, tau in enumerate((1.0, 2.0)):
@@ -68,7 +69,7 @@ def test_coupled_pairs_on_their_own_streams_have_exact_marginals_and_agreement(m
     x0, y0 = torch.zeros(pairs, 4, dtype=torch.long), torch.full((pairs, 4), 2)
     keys = torch.tensor([stream_key(5, k) for k in range(pairs)])
     chains = CoupledGlauberChains(GlauberSampler(mrf, 1.0))
-    state = chains.init_state(x0, y0, seed=0, streams=keys)
+    state = chains.init_state(x0, y0, generator=0, streams=keys)
     for _ in range(steps):
         chains.step(state)
     kernel = glauber_transition_matrix(mrf, 4)
@@ -80,7 +81,7 @@ def test_coupled_pairs_on_their_own_streams_have_exact_marginals_and_agreement(m
     apart[:, 1:] = 0
     apart[:, 0] = 1  # differs from x0 at site 0 only
     one = CoupledGlauberChains(GlauberSampler(mrf, 1.0))
-    pair_state = one.init_state(x0, apart, seed=0, streams=keys)
+    pair_state = one.init_state(x0, apart, generator=0, streams=keys)
     one.step(pair_state)
     expected = 1 / 4
     met = float((pair_state.met_at == 1).double().mean())
@@ -92,18 +93,18 @@ def test_a_pairs_path_does_not_depend_on_the_rest_of_the_batch(mrf):
     meeting times, bit for bit."""
     keys = torch.tensor([stream_key(3, k) for k in range(64)])
     x0, y0 = torch.zeros(64, 4, dtype=torch.long), torch.full((64, 4), 2)
-    alone = meeting_times(GlauberSampler(mrf, 0.8), x0, y0, max_steps=3000, seed=0, streams=keys)
+    alone = meeting_times(GlauberSampler(mrf, 0.8), x0, y0, max_steps=3000, generator=0, streams=keys)
     others = torch.tensor([stream_key(9, k) for k in range(100)])
     mixed_keys = torch.cat([others[:50], keys, others[50:]])
     temperature = torch.cat([torch.full((50,), 3.0), torch.full((64,), 0.8), torch.full((50,), 0.4)])
     tokens = torch.zeros(164, 4, dtype=torch.long)
-    inside = meeting_times(GlauberSampler(mrf, temperature), tokens, torch.full((164, 4), 2), max_steps=3000, seed=1,
-                           streams=mixed_keys)
+    inside = meeting_times(GlauberSampler(mrf, temperature), tokens, torch.full((164, 4), 2), max_steps=3000,
+                           generator=1, streams=mixed_keys)
     assert torch.equal(alone.times, inside.times[50:114]) and torch.equal(alone.censored, inside.censored[50:114])
-    running_on = meeting_times(GlauberSampler(mrf, 0.8), x0, y0, max_steps=3000, seed=2, streams=keys,
+    running_on = meeting_times(GlauberSampler(mrf, 0.8), x0, y0, max_steps=3000, generator=2, streams=keys,
                                freeze_met=False)
     assert torch.equal(alone.times, running_on.times)  # met pairs leaving the batch changes nothing
-    lagged = [lagged_meeting_times(GlauberSampler(mrf, 0.8), x0[:8], y0[:8], lag=5, max_steps=500, seed=s,
+    lagged = [lagged_meeting_times(GlauberSampler(mrf, 0.8), x0[:8], y0[:8], lag=5, max_steps=500, generator=s,
                                    streams=keys[:8]) for s in (0, 1)]
     assert torch.equal(lagged[0].times, lagged[1].times)
 
@@ -111,7 +112,7 @@ def test_a_pairs_path_does_not_depend_on_the_rest_of_the_batch(mrf):
 def test_streams_are_checked(mrf):
     sampler = GlauberSampler(mrf)
     with pytest.raises(ValueError, match="streams must be int64 keys of shape"):
-        sampler.init_state(torch.zeros(2, 4, dtype=torch.long), seed=0, streams=torch.zeros(3, dtype=torch.int64))
+        sampler.init_state(torch.zeros(2, 4, dtype=torch.long), generator=0, streams=torch.zeros(3, dtype=torch.int64))
     with pytest.raises(ValueError, match="streams: per-chain streams drive the random scan"):
-        GlauberSampler(mrf, scan="sweep").init_state(torch.zeros(2, 4, dtype=torch.long), seed=0,
+        GlauberSampler(mrf, scan="sweep").init_state(torch.zeros(2, 4, dtype=torch.long), generator=0,
                                                      streams=torch.zeros(2, dtype=torch.int64))

@@ -12,9 +12,9 @@ from mlm_dynamics.cli import main
 from mlm_dynamics.diagnostics import MeetingTimes, fit_n_log_n, fit_scaling, phase_boundary
 from mlm_dynamics.experiments import load_config
 from mlm_dynamics.experiments.sweep import SweepConfig, run_sweep
-from mlm_dynamics.models.exact import expected_meeting_times, state_index
 from mlm_dynamics.report import sweep_figures
 from mlm_dynamics.report.sweep_report import write_sweep_report
+from mlm_dynamics.sampling.exact import expected_meeting_times, state_index
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["grid.temperatures=[0.7, 1.5, 4.0]", "grid.lengths=[2, 3, 4]", "grid.pairs=400", "grid.max_steps=20000",
@@ -140,7 +140,7 @@ def test_html_report_is_self_contained(small_sweep):
     _, _, out = small_sweep
     page = (out / "report.html").read_text()
     assert "<img" in page and page.count('src="data:image/png;base64,') == page.count("<img")
-    assert not re.search(r"(src|href)=[\"'](?!data:)", page)
+    assert not re.search(r"(src|href)=[\"'](?!data:|#)", page)  # images inline; links only within the page
     assert "http://" not in page and "https://" not in page
 
 
@@ -171,6 +171,7 @@ def cell_times(cell):
     return cell.meeting.times.tolist(), cell.meeting.censored.tolist(), cell.kinds.tolist()
 
 
+@pytest.mark.slow
 def test_a_cells_meeting_times_do_not_depend_on_the_rest_of_the_grid():
     """The cell (0.5, 8) alone, and inside a grid of other temperatures and lengths (whose pairs meet and leave the
     batch at other times): the same meeting times, censoring flags and start kinds, bit for bit."""
@@ -184,6 +185,7 @@ def test_a_cells_meeting_times_do_not_depend_on_the_rest_of_the_grid():
         assert torch.equal(times.times, grid.cell(0.5, 8).hitting[threshold].times)
 
 
+@pytest.mark.slow
 def test_the_ising_preset_sharded_over_two_processes_finishes_and_equals_one_process(tmp_path):
     """--devices 2 (Lightning Fabric, gloo on CPU) on the shipped Ising preset returns under a timeout, with every
     cell once; cells computed alone in this process have the same meeting times bit for bit; the phase diagram is
@@ -193,17 +195,17 @@ def test_the_ising_preset_sharded_over_two_processes_finishes_and_equals_one_pro
 
     out = tmp_path / "sharded"
     command = [sys.executable, "-m", "mlm_dynamics.cli", "sweep", "--devices", "2", "--quiet", "--out", str(out),
-               "--config", "configs/sweep-ising.yaml"]
+               "--config", "sweep-ising"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads((out / "report.json").read_text())
     sweep = report["sweep"]
-    config = load_config(SweepConfig, ROOT / "configs" / "sweep-ising.yaml")
+    config = load_config(SweepConfig, "sweep-ising")
     assert sorted((c["temperature"], c["num_sites"]) for c in sweep["cells"]) == sorted(
         (t, float(n)) for t in config.grid.temperatures for n in config.grid.lengths)
     assert "sharded over 2 processes" in " ".join(sweep["notes"])
     for tau, n in ((0.5, 8), (4.0, 32)):
-        alone = run_sweep(load_config(SweepConfig, ROOT / "configs" / "sweep-ising.yaml",
+        alone = run_sweep(load_config(SweepConfig, "sweep-ising",
                                       [f"grid.temperatures=[{tau}]", f"grid.lengths=[{n}]", "influence.enabled=false",
                                        "rectangle.enabled=false", "lag.enabled=false", "checkpoint_every=null"]))
         stored = next(c for c in sweep["cells"] if (c["temperature"], c["num_sites"]) == (tau, n))
@@ -232,6 +234,7 @@ def children_of(pid: int) -> list[int]:
     return found
 
 
+@pytest.mark.slow
 def test_killing_a_sharded_sweep_leaves_no_worker_behind(tmp_path):
     """SIGKILL to the launching process only (no chance to clean up): its spawned workers notice and exit."""
     import os

@@ -4,7 +4,9 @@ import pytest
 import torch
 
 from helpers import chi_square_pvalue
-from mlm_dynamics import PairwiseMRFDenoiser, enumerate_states
+from mlm_dynamics import PairwiseMRFDenoiser
+from mlm_dynamics.diagnostics.tempering import tempering_summary
+from mlm_dynamics.models.toy import enumerate_states
 from mlm_dynamics.sampling import ReplicaExchange, TemperingState
 
 
@@ -17,7 +19,7 @@ def test_exact_tempering_samples_the_joint_at_the_lowest_temperature(ising):
     """Replicas MH-corrected towards exp(-E / tau) with the exact swap rule: the tau = 0.5 replica's law is the
     tempered joint (chi-square over the 16 states, p > 1e-3: a false alarm rate of 1e-3)."""
     exchange = ReplicaExchange(ising, [0.5, 1.0, 2.0], energy=ising.energy, swap_every=2)
-    state = exchange.init_state(torch.zeros(6000, 4, dtype=torch.long), seed=0)
+    state = exchange.init_state(torch.zeros(6000, 4, dtype=torch.long), generator=0)
     exchange.run(state, 120)
     log_joint = ising.log_joint() / 0.5
     assert chi_square_pvalue(exchange.replica(state, 0), (log_joint - log_joint.logsumexp(0)).exp(), 2) > 1e-3
@@ -28,7 +30,7 @@ def test_swap_acceptance_matches_its_closed_form(ising):
     """At stationarity the two replicas are independent draws of pi_0.5 and pi_1; the mean acceptance is
     sum_{x, y} pi_0.5(x) pi_1(y) min(1, exp((1/0.5 - 1/1)(E(x) - E(y)))). Tolerance: 4 binomial standard errors."""
     exchange = ReplicaExchange(ising, [0.5, 1.0], energy=ising.energy)
-    state = exchange.init_state(torch.zeros(4000, 4, dtype=torch.long), seed=1)
+    state = exchange.init_state(torch.zeros(4000, 4, dtype=torch.long), generator=1)
     exchange.run(state, 60)  # burn in (the exact kernels mix in far fewer steps)
     state.attempts.zero_()
     state.accepts.zero_()
@@ -44,18 +46,18 @@ def test_swap_acceptance_matches_its_closed_form(ising):
 
 def test_round_trips_checkpoint_and_heuristic_mode(ising):
     exchange = ReplicaExchange(ising, [0.5, 1.0, 2.0, 4.0], energy=ising.energy)
-    state = exchange.init_state(torch.zeros(50, 4, dtype=torch.long), seed=2)
+    state = exchange.init_state(torch.zeros(50, 4, dtype=torch.long), generator=2)
     exchange.run(state, 100)
     saved = state.state_dict()
     exchange.run(state, 100)
-    summary = exchange.summary(state)
+    summary = tempering_summary(state)
     assert summary["round_trips"] > 0 and summary["swap_acceptance_min"] > 0
     restored = TemperingState.from_state_dict(saved)
     exchange.run(restored, 100)
     assert torch.equal(restored.chains.tokens, state.chains.tokens) and restored.round_trips == state.round_trips
-    incompatible = PairwiseMRFDenoiser.random(4, 3, compatible=False, seed=0)
+    incompatible = PairwiseMRFDenoiser.random(4, 3, compatible=False, generator=0)
     heuristic = ReplicaExchange(incompatible, [0.5, 2.0], mode="heuristic", swap_every=5)
-    hstate = heuristic.init_state(torch.zeros(8, 4, dtype=torch.long), seed=3)
+    hstate = heuristic.init_state(torch.zeros(8, 4, dtype=torch.long), generator=3)
     heuristic.run(hstate, 20)
     assert float(hstate.attempts[0]) == 2 * 8  # 4 swap rounds, the single pair takes part in every other one
     assert 0 <= float(hstate.acceptance()[0]) <= 1
@@ -67,7 +69,7 @@ def test_round_trips_checkpoint_and_heuristic_mode(ising):
 
 def test_adaptive_ladder_moves_only_inner_temperatures_during_burn_in(ising):
     exchange = ReplicaExchange(ising, [0.3, 0.4, 3.0, 4.0], energy=ising.energy, adapt_steps=50)
-    state = exchange.init_state(torch.zeros(100, 4, dtype=torch.long), seed=4)
+    state = exchange.init_state(torch.zeros(100, 4, dtype=torch.long), generator=4)
     exchange.run(state, 50)
     adapted = state.ladder.clone()  # the adapted ladder lives in the state (checkpointed with it)
     exchange.run(state, 50)
@@ -88,7 +90,7 @@ def test_trapped_chains_get_interventions_that_are_logged_with_their_outcome(kin
 
     ising = PairwiseMRFDenoiser.ising_chain(8, coupling=1.5)
     sampler = GlauberSampler(ising, 0.3)  # strongly coupled and cold: the all-zero start is a trap
-    state = sampler.init_state(torch.zeros(6, 8, dtype=torch.long), seed=0)
+    state = sampler.init_state(torch.zeros(6, 8, dtype=torch.long), generator=0)
     monitor = ChainMonitor(FunctionEmbedder(one_hot_mean), every=5, traps=TrapTracker(radius=0.02, dwell=10),
                            margin_denoiser=ising, temperature=0.3)
     monitor.start(state)

@@ -1,12 +1,13 @@
 import pytest
 import torch
 
-from mlm_dynamics import PairwiseMRFDenoiser, enumerate_states
-from mlm_dynamics.models.exact import glauber_transition_matrix, state_index, stationary_distribution
+from mlm_dynamics import PairwiseMRFDenoiser
+from mlm_dynamics.models.toy import enumerate_states
+from mlm_dynamics.sampling.exact import glauber_transition_matrix, state_index, stationary_distribution
 
 
 def test_block_conditionals_are_exact_marginals_of_the_joint():
-    model = PairwiseMRFDenoiser.random(4, 3, scale=1.0, seed=4)
+    model = PairwiseMRFDenoiser.random(4, 3, scale=1.0, generator=4)
     joint = model.log_joint().exp().view(3, 3, 3, 3)
     context = torch.tensor([[2, 0, 1, 2]])
     probs = model.conditional_logits(context, torch.tensor([[3, 1]])).double().softmax(-1)[0]
@@ -17,7 +18,7 @@ def test_block_conditionals_are_exact_marginals_of_the_joint():
 
 
 def test_single_site_conditionals_and_energy_match_the_joint():
-    model = PairwiseMRFDenoiser.random(3, 4, scale=1.0, seed=5)
+    model = PairwiseMRFDenoiser.random(3, 4, scale=1.0, generator=5)
     states = enumerate_states(3, 4)
     log_joint = model.log_joint()
     assert torch.isclose(log_joint.exp().sum(), torch.tensor(1.0, dtype=torch.float64))
@@ -31,7 +32,7 @@ def test_single_site_conditionals_and_energy_match_the_joint():
 
 
 def test_incompatible_model_has_no_energy_but_a_stationary_law():
-    model = PairwiseMRFDenoiser.random(3, 2, compatible=False, seed=0)
+    model = PairwiseMRFDenoiser.random(3, 2, compatible=False, generator=0)
     assert not model.compatible
     with pytest.raises(ValueError, match="no joint"):
         model.energy(torch.zeros(1, 3, dtype=torch.long))

@@ -1,62 +1,179 @@
-"""Mixing diagnostics for Glauber dynamics on masked language models and discrete-diffusion denoisers."""
+"""Mixing diagnostics for Glauber dynamics on masked language models and discrete-diffusion denoisers.
+
+The top level holds what users reach for, grouped as in the documentation: denoisers and their loaders, samplers,
+on-the-fly monitoring (``ChainMonitor``, Lightning callbacks, torchmetrics metrics, the framework-free
+``ScheduledProbe``), the diagnostics' functions and results, and the jobs with their configs. Helpers stay in their
+subpackages (``mlm_dynamics.sampling``, ``.diagnostics``, ...). Names are imported on first use (PEP 562), so
+``import mlm_dynamics`` does not load Lightning, transformers or the jobs until one of their names is used.
+"""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
-from .diagnostics import (
-                          InfluenceEstimate,
-                          LocalMargins,
-                          MeetingTimes,
-                          RectangleReport,
-                          escape_probability_bound,
-                          ess,
-                          estimate_influence,
-                          local_margins,
-                          mixing_time_bound,
-                          rectangle_grid,
-                          rhat,
-                          sample_rectangles,
-)
-from .models import Denoiser, FullSequenceDenoiser, MaskedLMDenoiser, PairwiseMRFDenoiser, TextCodec, VocabInfo
-from .models.toy import enumerate_states
-from .sampling import (
-                          ChainState,
-                          CoupledGlauberChains,
-                          GlauberSampler,
-                          PseudoLogLikelihoodEnergy,
-                          StepRecord,
-                          lagged_meeting_times,
-                          maximal_coupling,
-                          meeting_times,
-                          tempered_log_probs,
-)
+
+# public name -> the module that defines it
+_EXPORTS: dict[str, str] = {
+    # denoisers and loaders
+    "Denoiser": "models.base", "VocabInfo": "models.base",
+    "MaskedLMDenoiser": "models.huggingface", "TextCodec": "models.huggingface",
+    "FullSequenceDenoiser": "models.full_sequence", "PairwiseMRFDenoiser": "models.toy",
+    "ResidueCodec": "models.pretrained", "load_antiberty": "models.pretrained",
+    "load_english_mlm": "models.pretrained",
+    # samplers and randomness
+    "GlauberSampler": "sampling.glauber", "CoupledGlauberChains": "sampling.coupling",
+    "ReplicaExchange": "sampling.tempering", "GlauberCorrector": "sampling.corrector",
+    "Randomness": "_random", "as_generator": "_random",
+    # monitoring during training and inference
+    "ChainMonitor": "tracking.monitor", "TrapTracker": "tracking.traps", "TrapIntervention": "tracking.interventions",
+    "HiddenStateEmbedder": "embedders.base", "SentenceEmbedder": "embedders.base",
+    "ScheduledProbe": "probes.base",
+    "MixingDiagnostics": "callbacks.diagnostics", "RectangleTest": "callbacks.diagnostics",
+    "InfluenceProbe": "callbacks.diagnostics", "SemanticDrift": "callbacks.diagnostics",
+    "TrapDetector": "callbacks.diagnostics",
+    "MeetingTimeMetric": "metrics.aggregates", "RectanglePrevalence": "metrics.aggregates",
+    "DobrushinCoefficient": "metrics.aggregates", "ChainConvergence": "metrics.aggregates",
+    "DwellTime": "metrics.aggregates", "EffectiveTemperature": "metrics.aggregates",
+    "DecodingQuality": "metrics.aggregates",
+    # diagnostics
+    "MeetingTimes": "diagnostics.meeting", "meeting_times": "diagnostics.meeting",
+    "lagged_meeting_times": "diagnostics.meeting",
+    "RectangleReport": "diagnostics.rectangle", "sample_rectangles": "diagnostics.rectangle",
+    "InfluenceEstimate": "diagnostics.influence", "estimate_influence": "diagnostics.influence",
+    "LocalMargins": "diagnostics.margins", "local_margins": "diagnostics.margins",
+    "ScalingFit": "diagnostics.scaling", "fit_scaling": "diagnostics.scaling",
+    "rhat": "diagnostics.convergence", "ess": "diagnostics.convergence",
+    # jobs and their configs
+    "load_config": "experiments.config", "RunConfig": "experiments.config", "SweepConfig": "experiments.config",
+    "run_chains": "experiments.run", "run_sweep": "experiments.sweep",
+    "CaseStudyConfig": "experiments.semantics", "run_case_study": "experiments.semantics",
+    "RectangleTableConfig": "experiments.rectangles", "run_rectangle_table": "experiments.rectangles",
+}
+
+# old top-level names, importable with a DeprecationWarning until the next release: name -> where it lives now
+_DEPRECATED: dict[str, str] = {
+    "ChainState": "sampling.glauber", "StepRecord": "sampling.glauber",
+    "PseudoLogLikelihoodEnergy": "sampling.energy", "tempered_log_probs": "sampling.categorical",
+    "maximal_coupling": "sampling.coupling", "enumerate_states": "models.toy",
+    "escape_probability_bound": "diagnostics.margins", "mixing_time_bound": "diagnostics.influence",
+    "rectangle_grid": "diagnostics.rectangle",
+}
 
 __all__ = [
-    "ChainState",
+    "CaseStudyConfig",
+    "ChainConvergence",
+    "ChainMonitor",
     "CoupledGlauberChains",
+    "DecodingQuality",
     "Denoiser",
+    "DobrushinCoefficient",
+    "DwellTime",
+    "EffectiveTemperature",
     "FullSequenceDenoiser",
+    "GlauberCorrector",
     "GlauberSampler",
+    "HiddenStateEmbedder",
     "InfluenceEstimate",
+    "InfluenceProbe",
     "LocalMargins",
     "MaskedLMDenoiser",
+    "MeetingTimeMetric",
     "MeetingTimes",
+    "MixingDiagnostics",
     "PairwiseMRFDenoiser",
-    "PseudoLogLikelihoodEnergy",
+    "Randomness",
+    "RectanglePrevalence",
     "RectangleReport",
-    "StepRecord",
+    "RectangleTableConfig",
+    "RectangleTest",
+    "ReplicaExchange",
+    "ResidueCodec",
+    "RunConfig",
+    "ScalingFit",
+    "ScheduledProbe",
+    "SemanticDrift",
+    "SentenceEmbedder",
+    "SweepConfig",
     "TextCodec",
+    "TrapDetector",
+    "TrapIntervention",
+    "TrapTracker",
     "VocabInfo",
     "__version__",
-    "enumerate_states",
-    "escape_probability_bound",
+    "as_generator",
     "ess",
     "estimate_influence",
+    "fit_scaling",
     "lagged_meeting_times",
+    "load_antiberty",
+    "load_config",
+    "load_english_mlm",
     "local_margins",
-    "maximal_coupling",
     "meeting_times",
-    "mixing_time_bound",
-    "rectangle_grid",
     "rhat",
+    "run_case_study",
+    "run_chains",
+    "run_rectangle_table",
+    "run_sweep",
     "sample_rectangles",
-    "tempered_log_probs",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    elif name in _DEPRECATED:
+        where = f"{__name__}.{_DEPRECATED[name]}"
+        warnings.warn(f"mlm_dynamics.{name} is no longer exported at the top level; import it from {where} (the old "
+                      "name goes in the next release)", DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(where), name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # later uses skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if TYPE_CHECKING:  # the same names, for type checkers and IDEs
+    from ._random import Randomness, as_generator
+    from .callbacks.diagnostics import InfluenceProbe, MixingDiagnostics, RectangleTest, SemanticDrift, TrapDetector
+    from .diagnostics.convergence import ess, rhat
+    from .diagnostics.influence import InfluenceEstimate, estimate_influence
+    from .diagnostics.margins import LocalMargins, local_margins
+    from .diagnostics.meeting import MeetingTimes, lagged_meeting_times, meeting_times
+    from .diagnostics.rectangle import RectangleReport, sample_rectangles
+    from .diagnostics.scaling import ScalingFit, fit_scaling
+    from .embedders.base import HiddenStateEmbedder, SentenceEmbedder
+    from .experiments.config import RunConfig, SweepConfig, load_config
+    from .experiments.rectangles import RectangleTableConfig, run_rectangle_table
+    from .experiments.run import run_chains
+    from .experiments.semantics import CaseStudyConfig, run_case_study
+    from .experiments.sweep import run_sweep
+    from .metrics.aggregates import (
+        ChainConvergence,
+        DecodingQuality,
+        DobrushinCoefficient,
+        DwellTime,
+        EffectiveTemperature,
+        MeetingTimeMetric,
+        RectanglePrevalence,
+    )
+    from .models.base import Denoiser, VocabInfo
+    from .models.full_sequence import FullSequenceDenoiser
+    from .models.huggingface import MaskedLMDenoiser, TextCodec
+    from .models.pretrained import ResidueCodec, load_antiberty, load_english_mlm
+    from .models.toy import PairwiseMRFDenoiser
+    from .probes.base import ScheduledProbe
+    from .sampling.corrector import GlauberCorrector
+    from .sampling.coupling import CoupledGlauberChains
+    from .sampling.glauber import GlauberSampler
+    from .sampling.tempering import ReplicaExchange
+    from .tracking.interventions import TrapIntervention
+    from .tracking.monitor import ChainMonitor
+    from .tracking.traps import TrapTracker

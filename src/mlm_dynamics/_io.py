@@ -69,3 +69,6 @@ class AppendLog:
 
     def close(self) -> None:
         self.handle.close()
+
+
+__all__ = ["AppendLog", "atomic_write"]

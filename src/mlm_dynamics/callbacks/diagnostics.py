@@ -24,6 +24,24 @@ class MixingDiagnostics(DiagnosticCallback):
     ``meeting_time_median``, ``meeting_time_q90`` (the budget where censored), ``censored_fraction``, ``budget``,
     ``num_pairs``; with ``lag`` also ``lagged/...`` and ``lagged/tv_bound_t{t}`` for each ``t`` in ``t_values``.
     Cost per run: at most ``max_steps`` forwards of ``<= 2 num_starts`` rows (twice with ``lag``).
+
+    Examples:
+        Attached to a fit, it measures the model being trained every 2 optimizer steps, from the batches' rows:
+
+        >>> import lightning as L, torch
+        >>> from torch.utils.data import DataLoader
+        >>> from mlm_dynamics import MixingDiagnostics
+        >>> from mlm_dynamics.training.masked_lm import MaskedDenoiserModule, tiny_bert_denoiser
+        >>> module = MaskedDenoiserModule(tiny_bert_denoiser(generator=0))   # has a ``denoiser`` attribute
+        >>> rows = torch.randint(5, 24, (8, 10), generator=torch.Generator().manual_seed(0))
+        >>> rows[:, 0], rows[:, -1] = 1, 2
+        >>> trainer = L.Trainer(max_steps=4, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        ...                     enable_model_summary=False,
+        ...                     callbacks=[MixingDiagnostics(every_n_train_steps=2, max_steps=50)])
+        >>> trainer.fit(module, DataLoader(rows, batch_size=4))
+        >>> sorted(key for key in trainer.callback_metrics if key.startswith("mixing/"))
+        ['mixing/train/budget', 'mixing/train/censored_fraction', 'mixing/train/meeting_time_median', \
+'mixing/train/meeting_time_q90', 'mixing/train/num_pairs']
     """
 
     def __init__(self, *, temperature: float = 1.0, max_steps: int = 200, lag: int | None = None,
@@ -32,6 +50,7 @@ class MixingDiagnostics(DiagnosticCallback):
                          **kwargs)
 
     def figures(self) -> dict[str, Figure]:
+        """The figures of the latest run by name (survival curves), for loggers that take images."""
         assert isinstance(self.probe, MeetingTimeProbe)
         if self.probe.latest is None:
             return {}
@@ -50,6 +69,7 @@ class RectangleTest(DiagnosticCallback):
                                         max_distance=max_distance, temperature=temperature), **kwargs)
 
     def figures(self) -> dict[str, Figure]:
+        """The figures of the latest run by name (the ``|R|`` histogram), for loggers that take images."""
         assert isinstance(self.probe, RectangleProbe)
         if self.probe.latest is None:
             return {}
@@ -131,8 +151,8 @@ class TrapDetector(_ChainCallback):
         radius, dwell, hamming_radius, basin_radius: see :class:`~mlm_dynamics.tracking.TrapTracker`.
         topic_anchors: optional anchors for topic attraction: ``{topic: [D] or [K, D] embeddings}`` (tensors or
             nested lists), ``{topic: [sentences]}`` (embedded with the callback's embedder when the run starts),
-            or the path of a YAML file ``{threshold: ..., topics: {topic: [sentences]}}`` (as
-            ``configs/topics-politics.yaml``); their dimension is checked when fit starts.
+            the path of a YAML file ``{threshold: ..., topics: {topic: [sentences]}}``, or the name of a set shipped
+            in the package (``"politics"``); their dimension is checked when fit starts.
         topic_threshold: cosine similarity counted as "near" a topic (``None``: the file's, else 0.5).
         with_margins: log local margins (``B n`` forward rows per observation) and attach them to traps.
 

@@ -57,6 +57,7 @@ class ClaimsReport:
     contradictions: list[str]
 
     def to_dict(self) -> dict:
+        """The claims and the contradictions between their evidence, as a JSON-ready dict."""
         return {"claims": [asdict(c) for c in self.claims], "contradictions": list(self.contradictions)}
 
 
@@ -82,6 +83,7 @@ def _temperature(value: float) -> str:
 
 
 def incompatibility(evidence: Evidence) -> Claim:
+    """Conditionals incompatible: holds when a rectangle certifies it (``|R|`` above the float tolerance)."""
     statement = "the conditionals are incompatible: no joint distribution has them"
     report = evidence.rectangles
     if report is None or report.values.numel() == 0:
@@ -96,6 +98,7 @@ def incompatibility(evidence: Evidence) -> Claim:
 
 
 def fast_mixing(evidence: Evidence) -> Claim:
+    """``O(n log n)`` mixing at high temperature: the log-log slope of the restricted mean against ``n log n``."""
     statement = "at high temperature, meeting times grow like n log n (O(n log n) mixing)"
     lines, verdicts = [], []
     for tau, fit in sorted(evidence.fits.items()):
@@ -116,6 +119,7 @@ def fast_mixing(evidence: Evidence) -> Claim:
 
 
 def boundary_moves_up(evidence: Evidence) -> Claim:
+    """The phase boundary moves up with ``n``: ``tau_c(n)`` non-decreasing, judged on bootstrap intervals."""
     statement = "the boundary tau_c(n) moves to higher temperature as n grows"
     points = sorted(evidence.boundary, key=lambda p: p.num_sites)
     lines = [f"n={p.num_sites}: tau_c {_temperature(p.temperature) if p.status == 'interpolated' else p.status}"
@@ -133,6 +137,7 @@ def boundary_moves_up(evidence: Evidence) -> Claim:
 
 
 def metastability(evidence: Evidence) -> Claim:
+    """Metastable below the boundary: censored fractions at the lowest temperature (and the time trapped)."""
     statement = "below the boundary the chains are metastable: coupled pairs stay apart for the whole budget"
     if not evidence.censored:
         return Claim("metastable", statement, OPEN, ["no coupled pairs"])

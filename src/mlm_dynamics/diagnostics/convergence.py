@@ -127,3 +127,6 @@ def ess(draws: Tensor, method: str = "bulk") -> Tensor:
     cut = draws.flatten(-2).quantile(levels, dim=-1)  # [2, ...]
     tails = [_ess(split_chains((draws <= q[..., None, None]).double())) for q in cut]
     return torch.minimum(*tails)
+
+
+__all__ = ["ESS_METHODS", "RHAT_METHODS", "autocovariance", "ess", "normal_scores", "rhat", "split_chains"]

@@ -92,6 +92,8 @@ class DecodingSummary:
     orders: Sequence[int] = (1, 2, 3)
 
     def summary(self) -> dict[str, float]:
+        """``repetition_{n}``, ``distinct_{n}`` per order, ``longest_run_mean``, ``pairwise_hamming``,
+        ``duplicate_rate``."""
         out: dict[str, float] = {}
         for n in self.orders:
             if self.samples.shape[1] >= n:
@@ -120,6 +122,7 @@ class CommitTracker:
     history: list[tuple[int, int, int]] = field(default_factory=list)  # (commits, overwrites, remasks) per step
 
     def update(self, tokens: Tensor, masked: Tensor) -> None:
+        """Record one decoding step: ``tokens [B, L]`` after it and ``masked [B, L]``, the positions still masked."""
         tokens, masked = tokens.cpu(), masked.cpu()
         if self.committed is None or self.overwritten is None or self.visible is None:
             self.committed = torch.full_like(tokens, -1)
@@ -187,3 +190,8 @@ def effective_temperature_from(total: Tensor, squares: Tensor, expected: Tensor,
     ratio = float(np.interp(observed, curve, grid.numpy()))
     return {"effective_temperature": ratio * temperature, "surprisal_mean": observed, "entropy_mean": intended,
             "surprisal_gap_z": (observed - intended) / spread if spread > 0 else math.nan}
+
+
+__all__ = ["TEMPERATURE_GRID", "CommitTracker", "DecodingSummary", "distinct_n", "duplicate_rate",
+           "effective_temperature", "effective_temperature_from", "entropy", "longest_run", "pairwise_hamming",
+           "repetition", "surprisal_statistics"]

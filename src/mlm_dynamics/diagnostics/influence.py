@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .._random import Randomness, as_generator
 from ..models.base import Denoiser, require_integer
 from ..sampling.categorical import check_temperature, tempered_log_probs
 
@@ -135,7 +136,7 @@ def check_temperatures(temperatures: Sequence[float]) -> list[float]:
 @torch.no_grad()
 def estimate_influence(denoiser: Denoiser, contexts: Tensor, *, temperatures: Sequence[float] = (1.0,),
                        sites: Tensor | None = None, replacements: int | None = 1,
-                       generator: torch.Generator | None = None, chunk_size: int = 256) -> InfluenceEstimate:
+                       generator: Randomness = 0, chunk_size: int = 256) -> InfluenceEstimate:
     """Estimate ``alpha_ij(tau)`` on ``contexts [C, L]`` (shared sites).
 
     For each context, site j and replacement token b != x_j (``replacements`` drawn uniformly from the allowed
@@ -144,6 +145,20 @@ def estimate_influence(denoiser: Denoiser, contexts: Tensor, *, temperatures: Se
 
     Cost: ``C n (1 + R (n - 1))`` forward rows (R replacements, n sites), ``chunk_size`` rows per forward; memory
     holds the logits of one (context, site j) group at a time, ``R (n - 1) x V``.
+
+    Examples:
+        On an Ising chain with coupling ``J`` an inner site's two neighbours each move it by ``tanh(2 J / tau) / 2``
+        at most, so the largest row sum is ``tanh(2 J / tau)``; the estimate finds it (it can never exceed it):
+
+        >>> import math, torch
+        >>> from mlm_dynamics import PairwiseMRFDenoiser, estimate_influence
+        >>> ising = PairwiseMRFDenoiser.ising_chain(5, coupling=1.0)
+        >>> contexts = torch.randint(2, (8, 5), generator=torch.Generator().manual_seed(0))
+        >>> estimate = estimate_influence(ising, contexts, temperatures=[1.0, 4.0], replacements=None)
+        >>> [round(value, 6) for value in estimate.row_sums.amax(1).tolist()]
+        [0.964028, 0.462117]
+        >>> round(math.tanh(2.0), 6), round(math.tanh(0.5), 6)
+        (0.964028, 0.462117)
     """
     temps = torch.tensor(check_temperatures(temperatures), dtype=torch.float64)
     if replacements is not None and replacements < 1:
@@ -169,7 +184,7 @@ def estimate_influence(denoiser: Denoiser, contexts: Tensor, *, temperatures: Se
     alpha_sum = torch.zeros_like(alpha_max)
     counts = torch.zeros(n, dtype=torch.float64, device=device)
     sensitivity = torch.zeros(n, n, dtype=torch.float64, device=device)
-    generator = generator or torch.Generator(device=device).manual_seed(0)
+    generator = as_generator(generator, device=device)
 
     def site_logits(rows: Tensor, positions: Tensor) -> Tensor:
         return denoiser.chunked_conditional_logits(rows, positions, chunk_size)[:, 0].double()
@@ -201,3 +216,7 @@ def estimate_influence(denoiser: Denoiser, contexts: Tensor, *, temperatures: Se
             counts[j] += len(choices)
     return InfluenceEstimate(temperatures=temps, sites=sites, alpha_max=alpha_max,
                              alpha_mean=alpha_sum / counts.clamp_min(1), logit_sensitivity=sensitivity)
+
+
+__all__ = ["InfluenceEstimate", "check_temperatures", "estimate_influence", "mixing_time_bound",
+           "sensitivity_contraction_temperature", "softmax_tv_bound"]

@@ -81,10 +81,10 @@ class LocalMargins:
 
 
 @torch.no_grad()
-def local_margins(denoiser: Denoiser, tokens: Tensor, *, sites: Tensor | None = None, num_sites: Tensor | None = None,
+def local_margins(denoiser: Denoiser, tokens: Tensor, *, sites: Tensor | None = None, site_counts: Tensor | None = None,
                   chunk_size: int = 256) -> LocalMargins:
-    """Margins of ``tokens [B, L]`` at ``sites [B, n]`` (default: all non-frame positions); with ``num_sites [B]``
-    row ``b`` has margins at its first ``num_sites[b]`` sites only (the padding is ``nan``, left out like masked
+    """Margins of ``tokens [B, L]`` at ``sites [B, n]`` (default: all non-frame positions); with ``site_counts [B]``
+    row ``b`` has margins at its first ``site_counts[b]`` sites only (the padding is ``nan``, left out like masked
     tokens). Cost: ``B n`` forward rows."""
     if sites is None:
         sites = denoiser.resampleable_sites(tokens)
@@ -101,7 +101,10 @@ def local_margins(denoiser: Denoiser, tokens: Tensor, *, sites: Tensor | None = 
     own = logits.gather(2, current[..., None]).squeeze(-1)
     rivals = logits.scatter(2, current[..., None], -math.inf).amax(-1)
     margin = torch.where(allowed[current], own - rivals, math.nan)  # no margin for a masked or special token
-    if num_sites is not None:
-        padding = torch.arange(n, device=tokens.device) >= num_sites.to(tokens.device)[:, None]
+    if site_counts is not None:
+        padding = torch.arange(n, device=tokens.device) >= site_counts.to(tokens.device)[:, None]
         margin = margin.masked_fill(padding, math.nan)
     return LocalMargins(margin=margin, logits=logits, current=current, num_allowed=int(allowed.sum()))
+
+
+__all__ = ["LocalMargins", "escape_probability_bound", "local_margins"]

@@ -14,6 +14,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .._random import Randomness
+from ..sampling.coupling import CoupledGlauberChains, CoupledState, lagged_coupling
+from ..sampling.glauber import GlauberSampler
 from .quantiles import DEFAULT_LEVELS, quantile_summary, quantiles
 
 
@@ -37,6 +40,7 @@ class MeetingTimes:
 
     @property
     def censored_fraction(self) -> float:
+        """Fraction of pairs that had not met within the budget."""
         return float(self.censored.float().mean()) if self.censored.numel() else math.nan
 
     @property
@@ -84,3 +88,52 @@ class HittingTimes(MeetingTimes):
     """First times a chain's drift reached a threshold (same censoring as :class:`MeetingTimes`)."""
 
     name = "hitting_time"
+
+
+def meeting_times_of(state: CoupledState, *, started_at: int = 0, lag: int = 0) -> MeetingTimes:
+    """The meeting times of coupled chains run from step ``started_at``: a pair's meeting step, or the steps run so
+    far where it has not met (censored); with an L-lag coupling the times include the ``lag``."""
+    censored = state.met_at < 0
+    steps = state.x.step - started_at
+    times = torch.where(censored, steps, state.met_at - started_at) + lag
+    return MeetingTimes(times=times, censored=censored, lag=lag, max_steps=steps)
+
+
+def meeting_times(sampler: GlauberSampler, x0: Tensor, y0: Tensor, *, max_steps: int, generator: Randomness = 0,
+                  sites: Tensor | None = None, site_counts: Tensor | None = None, streams: Tensor | None = None,
+                  freeze_met: bool = True) -> MeetingTimes:
+    """Meeting times of maximally coupled pairs started at ``(x0[p], y0[p])``, censored at ``max_steps``.
+
+    Met pairs leave the forward batch (``freeze_met``): the times are the same as with them running on. Cost: at
+    most ``max_steps`` forwards of ``<= 2 P`` rows.
+
+    Examples:
+        Sixteen pairs from opposite corners of a 5-spin Ising chain at tau = 2 all meet well within the budget:
+
+        >>> import torch
+        >>> from mlm_dynamics import GlauberSampler, PairwiseMRFDenoiser, meeting_times
+        >>> sampler = GlauberSampler(PairwiseMRFDenoiser.ising_chain(5, coupling=1.0), temperature=2.0)
+        >>> ones, zeros = torch.ones(16, 5, dtype=torch.long), torch.zeros(16, 5, dtype=torch.long)
+        >>> times = meeting_times(sampler, zeros, ones, max_steps=2000, generator=0)
+        >>> times.censored_fraction
+        0.0
+        >>> sorted(times.summary())
+        ['budget', 'censored_fraction', 'meeting_time_median', 'meeting_time_q90', 'num_pairs']
+    """
+    chains = CoupledGlauberChains(sampler, freeze_met=freeze_met)
+    state = chains.init_state(x0, y0, generator, sites=sites, site_counts=site_counts, streams=streams)
+    return meeting_times_of(chains.run(state, max_steps))
+
+
+def lagged_meeting_times(sampler: GlauberSampler, x0: Tensor, y0: Tensor, *, lag: int, max_steps: int,
+                         generator: Randomness = 0, sites: Tensor | None = None, site_counts: Tensor | None = None,
+                         streams: Tensor | None = None, freeze_met: bool = True) -> MeetingTimes:
+    """L-lag meeting times ``tau = L + inf{t : X_{L+t} = Y_t}`` with ``X_0 = x0``, ``Y_0 = y0`` (draws from
+    ``mu_0``), censored at ``L + max_steps`` (:func:`~mlm_dynamics.sampling.coupling.lagged_coupling`); their
+    :meth:`MeetingTimes.tv_upper_bound` bounds ``TV(mu_0 P^t, pi)``."""
+    state = lagged_coupling(sampler, x0, y0, lag=lag, max_steps=max_steps, generator=generator, sites=sites,
+                            site_counts=site_counts, streams=streams, freeze_met=freeze_met)
+    return meeting_times_of(state, lag=lag)
+
+
+__all__ = ["HittingTimes", "MeetingTimes", "lagged_meeting_times", "meeting_times", "meeting_times_of"]

@@ -70,3 +70,6 @@ def quantile_summary(name: str, values: Tensor, levels: Sequence[float] = DEFAUL
     for level, value in zip(levels, result.tolist(), strict=True):
         out[f"{name}_{quantile_key(level)}"] = float(budget) if math.isinf(value) and budget is not None else value
     return out
+
+
+__all__ = ["DEFAULT_LEVELS", "check_levels", "quantile_key", "quantile_summary", "quantiles"]

@@ -26,6 +26,7 @@ import torch
 from einops import rearrange
 from torch import Tensor
 
+from .._random import Randomness, as_generator
 from ..models.base import Denoiser, require_integer
 from ..sampling.categorical import check_temperature
 from .quantiles import DEFAULT_LEVELS, quantile_summary
@@ -129,31 +130,46 @@ def check_rectangle_options(*, pairs_per_context: int, num_tokens: int, token_ch
 @torch.no_grad()
 def sample_rectangles(denoiser: Denoiser, contexts: Tensor, *, pairs_per_context: int = 4, num_tokens: int = 4,
                       token_choice: str = "topk", min_distance: int = 1, max_distance: int | None = None,
-                      temperature: float = 1.0, sites: Tensor | None = None, num_sites: Tensor | None = None,
-                      generator: torch.Generator, chunk_size: int = 256) -> RectangleReport:
+                      temperature: float = 1.0, sites: Tensor | None = None, site_counts: Tensor | None = None,
+                      generator: Randomness, chunk_size: int = 256) -> RectangleReport:
     """Sample rectangles on ``contexts [C, L]`` and compute R for each.
 
     ``sites`` (``[n]`` shared or ``[C, n]``; default: each context's non-frame positions) are the candidate sites;
-    with ``num_sites [C]`` context ``c`` uses its first ``num_sites[c]`` (padded batches, see
+    with ``site_counts [C]`` context ``c`` uses its first ``site_counts[c]`` (padded batches, see
     :meth:`~mlm_dynamics.models.Denoiser.padded_sites`).
 
     Each context gets ``pairs_per_context`` site pairs with ``min_distance <= |i - j| <= max_distance`` (positions in
     the sequence), and ``num_tokens`` candidates per site: the top-k of the site's conditional
     (``token_choice="topk"``, so the probabilities are not negligible) or uniform allowed tokens (``"uniform"``).
     Cost: ``C * pairs_per_context * (2 num_tokens + 2)`` forward rows (2 for the sites' own conditionals, which
-    give the top-k candidates and the logit scale of the float tolerance).
+    give the top-k candidates and the logit scale of the float tolerance). Site pairs and uniform tokens are drawn
+    from ``generator`` (a generator on any device, or an int seed for a CPU one).
+
+    Examples:
+        A joint distribution passes every rectangle; deliberately incompatible conditionals fail them:
+
+        >>> import torch
+        >>> from mlm_dynamics import PairwiseMRFDenoiser, sample_rectangles
+        >>> contexts = torch.zeros(2, 4, dtype=torch.long)
+        >>> joint = PairwiseMRFDenoiser.random(4, 3, generator=0)
+        >>> sample_rectangles(joint, contexts, num_tokens=2, generator=0).prevalence
+        0.0
+        >>> no_joint = PairwiseMRFDenoiser.random(4, 3, compatible=False, generator=0)
+        >>> sample_rectangles(no_joint, contexts, num_tokens=2, generator=0).prevalence
+        1.0
     """
     check_rectangle_options(pairs_per_context=pairs_per_context, num_tokens=num_tokens, token_choice=token_choice,
                             min_distance=min_distance, max_distance=max_distance)
     temperature = check_temperature(temperature)
     require_integer("contexts", contexts)
+    generator = as_generator(generator)
     allowed = denoiser.vocab.allowed_mask(contexts.device)
     if num_tokens > int(allowed.sum()):
         raise ValueError(f"num_tokens {num_tokens} exceeds the {int(allowed.sum())} allowed tokens")
     sites = denoiser.resampleable_sites(contexts) if sites is None else sites.expand(contexts.shape[0], -1)
     pair_i, pair_j, owners = [], [], []
     for c in range(contexts.shape[0]):
-        row = sites[c] if num_sites is None else sites[c, : int(num_sites[c])]
+        row = sites[c] if site_counts is None else sites[c, : int(site_counts[c])]
         candidates = [(a, b) for a, b in itertools.combinations(row.tolist(), 2)
                       if min_distance <= b - a <= (max_distance if max_distance is not None else b - a)]
         if not candidates:
@@ -182,3 +198,5 @@ def sample_rectangles(denoiser: Denoiser, contexts: Tensor, *, pairs_per_context
     return RectangleReport(values=values.flatten(), distances=(j - i).abs().repeat_interleave(per_pair),
                            tolerance=float_tolerance(scale, temperature).repeat_interleave(per_pair))
 
+
+__all__ = ["RectangleReport", "check_rectangle_options", "float_tolerance", "rectangle_grid", "sample_rectangles"]

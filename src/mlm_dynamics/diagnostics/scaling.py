@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .._random import Randomness, as_generator
 from .meeting import MeetingTimes
 from .quantiles import quantiles
 
@@ -76,15 +77,16 @@ class ScalingFit:
     mean_times: dict[int, float]
 
     def summary(self) -> dict[str, float]:
+        """``C_tau``, its interval, ``slope`` and the number of lengths fitted, flat for logging."""
         return {"C": self.C, "C_low": self.C_low, "C_high": self.C_high, "r2": self.r2, "slope": self.slope,
                 "slope_low": self.slope_low, "slope_high": self.slope_high,
                 "censored_fraction": self.censored_fraction, "lengths_fitted": float(len(self.lengths))}
 
 
 def fit_scaling(times_by_length: Mapping[int, MeetingTimes], *, num_bootstrap: int = 200, level: float = 0.95,
-                seed: int = 0) -> ScalingFit:
+                generator: Randomness = 0) -> ScalingFit:
     """Fit ``C`` (and the log-log slope) to the mean times of the uncensored lengths, with a bootstrap over pairs
-    within each length."""
+    within each length drawn from ``generator`` (a ``torch.Generator``, or an int seed for one)."""
     if not times_by_length:
         raise ValueError("times_by_length must hold at least one length")
     if num_bootstrap < 1 or not 0 < level < 1:
@@ -96,7 +98,7 @@ def fit_scaling(times_by_length: Mapping[int, MeetingTimes], *, num_bootstrap: i
     samples = [times_by_length[n].times.double().cpu() for n in lengths]
     means = [float(t.mean()) for t in samples]
     constant, r_squared = fit_n_log_n(lengths, means)
-    generator = torch.Generator().manual_seed(seed)
+    generator = as_generator(generator)
     scale = torch.tensor([n * math.log(n) for n in lengths], dtype=torch.float64)
     resampled = torch.stack([t[torch.randint(len(t), (num_bootstrap, len(t)), generator=generator)].mean(1)
                              for t in samples], 1)  # [B, lengths]
@@ -116,9 +118,10 @@ def fit_scaling(times_by_length: Mapping[int, MeetingTimes], *, num_bootstrap: i
 
 
 def fit_by_temperature(times: Mapping[float, Mapping[int, MeetingTimes]], *, num_bootstrap: int = 200,
-                       level: float = 0.95, seed: int = 0) -> dict[float, ScalingFit]:
-    """:func:`fit_scaling` for each temperature of ``{tau: {n: times}}``."""
-    return {tau: fit_scaling(by_n, num_bootstrap=num_bootstrap, level=level, seed=seed)
+                       level: float = 0.95, generator: Randomness = 0) -> dict[float, ScalingFit]:
+    """:func:`fit_scaling` for each temperature of ``{tau: {n: times}}``; an int seed seeds each temperature's
+    bootstrap afresh (a temperature's fit does not depend on the others), a generator is drawn from in turn."""
+    return {tau: fit_scaling(by_n, num_bootstrap=num_bootstrap, level=level, generator=generator)
             for tau, by_n in sorted(times.items())}
 
 
@@ -157,12 +160,12 @@ def phase_boundary(num_sites: int, temperatures: Sequence[float], censored_fract
 
 
 def boundary_interval(num_sites: int, temperatures: Sequence[float], censored: Sequence[Tensor], *,
-                      replicates: int = 200, level: float = 0.95, seed: int = 0) -> BoundaryPoint:
+                      replicates: int = 200, level: float = 0.95, generator: Randomness = 0) -> BoundaryPoint:
     """:func:`phase_boundary` of the censoring flags ``censored[k] [P_k]`` of each temperature, with a percentile
     bootstrap interval: pairs are resampled within each cell, and a replicate below the grid counts as ``tau_c = 0``,
-    above it as ``inf``."""
+    above it as ``inf``; ``generator`` draws the resamples (a ``torch.Generator``, or an int seed for one)."""
     point = phase_boundary(num_sites, temperatures, [float(c.double().mean()) for c in censored])
-    generator = torch.Generator().manual_seed(seed)
+    generator = as_generator(generator)
     values = []
     for _ in range(replicates):
         fractions = [float(c[torch.randint(len(c), (len(c),), generator=generator)].double().mean()) for c in censored]
@@ -171,3 +174,7 @@ def boundary_interval(num_sites: int, temperatures: Sequence[float], censored: S
     low, high = quantiles(torch.tensor(values, dtype=torch.float64), [(1 - level) / 2, (1 + level) / 2]).tolist()
     point.low, point.high = low, high
     return point
+
+
+__all__ = ["BoundaryPoint", "ScalingFit", "boundary_interval", "fit_by_temperature", "fit_log_log", "fit_n_log_n",
+           "fit_scaling", "phase_boundary"]

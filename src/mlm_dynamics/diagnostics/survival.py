@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .._random import Randomness, as_generator
 from .quantiles import quantiles
 
 
@@ -102,9 +103,9 @@ class SurvivalSummary:
 
 
 def summarise_survival(times: Tensor, censored: Tensor, budget: float, *, replicates: int = 200, level: float = 0.95,
-                       generator: torch.Generator | None = None) -> SurvivalSummary:
+                       generator: Randomness = 0) -> SurvivalSummary:
     """:class:`SurvivalSummary` of ``times [P]`` with ``censored [P]``, intervals from ``replicates`` resamples of
-    the pairs (percentile, ``level``)."""
+    the pairs (percentile, ``level``) drawn from ``generator``."""
     if replicates < 1 or not 0 < level < 1:
         raise ValueError(f"replicates must be >= 1 and level in (0, 1), got {replicates}, {level}")
     times, censored = times.double().cpu(), censored.bool().cpu()
@@ -113,7 +114,7 @@ def summarise_survival(times: Tensor, censored: Tensor, budget: float, *, replic
         return SurvivalSummary(0, math.nan, budget, math.nan, True, math.nan, math.nan, math.nan, math.nan, math.nan)
     median, median_censored = km_median(times, censored)
     mean = restricted_mean(times, censored, budget)
-    picks = torch.randint(count, (replicates, count), generator=generator)
+    picks = torch.randint(count, (replicates, count), generator=as_generator(generator, device="cpu"))
     medians, means = [], []
     for pick in picks:
         value, flagged = km_median(times[pick], censored[pick])

@@ -18,13 +18,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
 from torch import Tensor
 
+from .._random import Randomness, as_generator
 from ..sampling.grid import START_KINDS
-from ..sampling.streams import stream_key
 from .meeting import HittingTimes, MeetingTimes
-from .scaling import BoundaryPoint, ScalingFit, boundary_interval, fit_scaling
+from .scaling import BoundaryPoint, ScalingFit, boundary_interval, fit_by_temperature, fit_scaling
 from .survival import SurvivalSummary, summarise_survival
 
 
@@ -54,11 +53,11 @@ class SweepCell:
     survival: SurvivalSummary | None = None
     by_kind: dict[str, SurvivalSummary] = field(default_factory=dict)
 
-    def summarise(self, replicates: int, seed: int) -> None:
-        """Fill :attr:`survival` and :attr:`by_kind` (bootstrap seeded by ``seed`` and the cell's own values)."""
+    def summarise(self, replicates: int, generator: Randomness = 0) -> None:
+        """Fill :attr:`survival` and :attr:`by_kind`; the bootstrap draws from the stream of ``generator`` (an int
+        seed, or one draw of a ``torch.Generator``) and the cell's own temperature and length."""
         budget = self.meeting.budget
-        key = stream_key(seed, float(self.temperature), self.num_sites) & (2**63 - 1)
-        generator = torch.Generator().manual_seed(key)
+        generator = as_generator(generator, float(self.temperature), self.num_sites)
         times, censored = self.meeting.times, self.meeting.censored
         self.survival = summarise_survival(times, censored, budget, replicates=replicates, generator=generator)
         self.by_kind = {name: summarise_survival(times[self.kinds == k], censored[self.kinds == k], budget,
@@ -77,6 +76,7 @@ class SweepCell:
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> SweepCell:
+        """A cell from :meth:`state_dict` (checkpoints and shard files)."""
         return cls(temperature=float(state["temperature"]), num_sites=int(state["num_sites"]),
                    sites=list(state["sites"]), meeting=MeetingTimes(**state["meeting"]), kinds=state["kinds"],
                    hitting={float(k): HittingTimes(**v) for k, v in state["hitting"].items()},
@@ -86,6 +86,7 @@ class SweepCell:
 
     @property
     def n_log_n(self) -> float:
+        """``n log n`` for this cell's number of sites: the unit of the ``C(tau) n log n`` fit."""
         return self.num_sites * math.log(self.num_sites)
 
     def summary(self, tv_steps: Sequence[int] = ()) -> dict[str, float]:
@@ -119,23 +120,23 @@ class GridAnalysis:
 
 
 def analyse_grid(cells: Sequence[SweepCell], *, thresholds: Sequence[float] = (), bootstrap: int = 200,
-                 seed: int = 0) -> GridAnalysis:
-    """Fits per temperature on the uncensored lengths, and ``tau_c(n)`` with its bootstrap interval per length."""
+                 generator: Randomness = 0) -> GridAnalysis:
+    """Fits per temperature on the uncensored lengths, and ``tau_c(n)`` with its bootstrap interval per length
+    (bootstraps drawn from ``generator``: with an int seed each fit and interval is seeded afresh)."""
     temperatures = sorted({c.temperature for c in cells})
     lengths = sorted({c.num_sites for c in cells})
-    fits, hitting_fits = {}, {}
-    for tau in temperatures:
-        row = [c for c in cells if c.temperature == tau]
-        fits[tau] = fit_scaling({c.num_sites: c.meeting for c in row}, num_bootstrap=bootstrap, seed=seed)
-        if thresholds and all(c.hitting for c in row):
-            hitting_fits[tau] = {threshold: fit_scaling({c.num_sites: c.hitting[threshold] for c in row},
-                                                        num_bootstrap=bootstrap, seed=seed)
-                                 for threshold in thresholds}
+    rows = {tau: [c for c in cells if c.temperature == tau] for tau in temperatures}
+    fits = fit_by_temperature({tau: {c.num_sites: c.meeting for c in row} for tau, row in rows.items()},
+                              num_bootstrap=bootstrap, generator=generator)
+    hitting_fits = {tau: {threshold: fit_scaling({c.num_sites: c.hitting[threshold] for c in row},
+                                                 num_bootstrap=bootstrap, generator=generator)
+                          for threshold in thresholds}
+                    for tau, row in rows.items() if thresholds and all(c.hitting for c in row)}
     boundary = []
     for n in lengths:
         column = sorted((c for c in cells if c.num_sites == n), key=lambda c: c.temperature)
         boundary.append(boundary_interval(n, [c.temperature for c in column], [c.meeting.censored for c in column],
-                                          replicates=bootstrap, seed=seed))
+                                          replicates=bootstrap, generator=generator))
     return GridAnalysis(fits=fits, hitting_fits=hitting_fits, boundary=boundary)
 
 

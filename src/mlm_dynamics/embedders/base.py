@@ -28,7 +28,9 @@ from ..models.huggingface import MaskedLMDenoiser
 
 
 class Embedder(Protocol):
-    def __call__(self, tokens: Tensor, /) -> Tensor: ...
+    """Tokens ``[B, L]`` to unit embeddings ``[B, D]``: any callable with this signature is an embedder."""
+    def __call__(self, tokens: Tensor, /) -> Tensor:
+        """Embed ``tokens [B, L]`` as rows of unit norm ``[B, D]``."""
 
 
 EmbeddingFunction = Callable[[Tensor], Any]
@@ -48,7 +50,9 @@ class EmbedderBase(abc.ABC):
 
 
 class Codec(Protocol):
-    def decode(self, ids: Sequence[int]) -> str: ...
+    """Tokens to text: what :class:`SentenceEmbedder` needs to hand a sentence encoder strings."""
+    def decode(self, ids: Sequence[int]) -> str:
+        """The text of a sequence of token ids (special tokens dropped)."""
 
 
 def default_sentence_model_path() -> str:
@@ -93,11 +97,13 @@ class SentenceEmbedder(EmbedderBase):
         return int(dimension)
 
     def embed_texts(self, texts: Sequence[str]) -> Tensor:
+        """Unit embeddings ``[N, D]`` of ``texts`` (topic anchors, reference sentences)."""
         return self.model.encode(list(texts), batch_size=self.batch_size, convert_to_tensor=True,
                                  normalize_embeddings=True, show_progress_bar=False).float().cpu()
 
     @torch.no_grad()
     def __call__(self, tokens: Tensor) -> Tensor:
+        """Decode ``tokens [B, L]`` and embed the sentences: ``[B, D]``, unit rows."""
         return self.embed_texts([self.codec.decode(row.tolist()) for row in tokens])
 
 
@@ -112,6 +118,7 @@ class HiddenStateEmbedder(EmbedderBase):
         self._denoiser = denoiser
 
     def bind(self, denoiser: Denoiser) -> None:
+        """Use ``denoiser``'s model (called by the callbacks when fit starts); it must be a masked-LM adapter."""
         if not isinstance(denoiser, MaskedLMDenoiser):
             raise TypeError(f"HiddenStateEmbedder needs a MaskedLMDenoiser (an encoder to read), got "
                             f"{type(denoiser).__name__}; use ModuleOutputEmbedder(module=...) for other models")
@@ -119,6 +126,7 @@ class HiddenStateEmbedder(EmbedderBase):
 
     @property
     def denoiser(self) -> MaskedLMDenoiser:
+        """The bound :class:`MaskedLMDenoiser` (an error naming :meth:`bind` before it is bound)."""
         if self._denoiser is None:
             raise RuntimeError("HiddenStateEmbedder: no denoiser bound (pass it or call bind(denoiser))")
         return self._denoiser
@@ -143,6 +151,7 @@ class FunctionEmbedder(EmbedderBase):
 
     @torch.no_grad()
     def __call__(self, tokens: Tensor) -> Tensor:
+        """Mean of the last hidden states over the non-special positions, normalised: ``[B, D]``."""
         out = self.fn(tokens)
         if out.dim() != 2 or out.shape[0] != tokens.shape[0]:
             raise ValueError(f"embedding function must return [B, D] with B = {tokens.shape[0]}, "
@@ -170,6 +179,7 @@ class ModuleOutputEmbedder(EmbedderBase):
             self.bind(denoiser)
 
     def bind(self, denoiser: Denoiser) -> None:
+        """Find ``module`` (a dotted submodule path) in ``denoiser``'s model and hook its output."""
         try:
             self.target = denoiser.get_submodule(self.module)
         except AttributeError as error:
@@ -178,6 +188,7 @@ class ModuleOutputEmbedder(EmbedderBase):
 
     @torch.no_grad()
     def __call__(self, tokens: Tensor) -> Tensor:
+        """Mean of the hooked module's output over the positions, normalised: ``[B, D]`` (one forward)."""
         if self._denoiser is None or self.target is None:
             raise RuntimeError("ModuleOutputEmbedder: no denoiser bound (pass it or call bind(denoiser))")
         denoiser = self._denoiser
@@ -207,3 +218,7 @@ def as_embedder(embedder: Embedder | EmbeddingFunction) -> Embedder:
 def cosine_distance(a: Tensor, b: Tensor) -> Tensor:
     """``1 - cos(a, b)`` row by row for normalised ``[B, D]`` inputs."""
     return 1.0 - (a * b).sum(-1)
+
+
+__all__ = ["Codec", "Embedder", "EmbedderBase", "EmbeddingFunction", "FunctionEmbedder", "HiddenStateEmbedder",
+           "ModuleOutputEmbedder", "SentenceEmbedder", "as_embedder", "cosine_distance", "default_sentence_model_path"]

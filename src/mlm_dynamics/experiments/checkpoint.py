@@ -168,3 +168,7 @@ class OutputLock:
             fcntl.flock(self.handle, fcntl.LOCK_UN)
             self.handle.close()
             self.handle = None
+
+
+__all__ = ["MAGIC", "CheckpointError", "OutputLock", "RunInterrupted", "checkpoint_step", "fingerprint",
+           "load_checkpoint", "restoring", "save_checkpoint"]

@@ -87,3 +87,6 @@ def window_sites(denoiser: Denoiser, tokens: Tensor, window: Sequence[int] | Non
         raise ConfigError(f"chains.window must lie within the {sites.shape[1]} resampleable positions of the start "
                           f"sequences, got {list(window)}")
     return sites[:, start:stop]
+
+
+__all__ = ["Codec", "build_model", "crop_context", "start_tokens", "window_sites"]

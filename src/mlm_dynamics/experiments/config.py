@@ -1,9 +1,13 @@
 """Typed job configuration: dataclasses, YAML files and dotted ``key=value`` overrides through OmegaConf.
 
 ``load_config(RunConfig, path, overrides)`` merges the defaults, the YAML file and the overrides; OmegaConf rejects
-unknown keys, wrong types (``temperature: true``, ``seed: abc``, ``window: [93.5, 100]``) and duplicate YAML keys,
+unknown keys, wrong types (``temperatures: [true]``, ``seed: abc``, ``window: [93.5, 100]``) and duplicate YAML keys,
 naming the full key. :meth:`RunConfig.validate` then checks ranges and combinations, again naming the key, all
 before any model is loaded.
+
+``path`` is a YAML file or the name of a preset shipped in the package (:func:`presets`: ``antiberty-default``,
+``sweep-ising``, ...). Relative file paths inside a config file (``topics``, a local ``model.name_or_path``) resolve
+against the config file's folder when they exist there, so a config and its data files travel together.
 """
 
 from __future__ import annotations
@@ -13,15 +17,16 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ..sampling.glauber import SCAN_ORDERS
 from ..sampling.grid import START_KINDS
 
+PRESETS = Path(__file__).resolve().parents[1] / "presets"
 MODEL_SOURCES = ("antiberty", "english", "huggingface")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -75,6 +80,7 @@ class ModelConfig:
     dtype: str = "float32"
 
     def validate(self, key: str = "model") -> None:
+        """Raise :class:`ConfigError` naming ``{key}.<field>`` for the first value that is out of range."""
         require(self.source in MODEL_SOURCES, f"{key}.source", f"be one of {list(MODEL_SOURCES)}", self.source)
         require(self.dtype in DTYPES, f"{key}.dtype", f"be one of {list(DTYPES)}", self.dtype)
         if self.source == "huggingface":
@@ -87,27 +93,20 @@ class ModelConfig:
 
 @dataclass
 class ChainsConfig:
-    """Start sequences (cycled over ``num_chains`` chains), the ``[start, stop)`` window of resampled sites, and
-    optionally a temperature ladder: the chains split into equal blocks, one per temperature, all in one batch
-    (``null``: every chain at ``sampler.temperature``). ``crop``: resampleable tokens of context kept on each side
-    of the window, or ``null`` for the whole sequence. Cropping makes forwards cheaper, but the model no longer sees
-    the rest and, with absolute position embeddings, sees the window at other positions."""
+    """Start sequences (cycled over ``num_chains`` chains; the chains split into equal blocks, one per temperature of
+    the run's ladder, all in one batch) and the ``[start, stop)`` window of resampled sites. ``crop``: resampleable
+    tokens of context kept on each side of the window, or ``null`` for the whole sequence. Cropping makes forwards
+    cheaper, but the model no longer sees the rest and, with absolute position embeddings, sees the window at other
+    positions."""
 
     sequences: list[str] | None = None
     num_chains: int = 8
     window: list[int] | None = None
     crop: int | None = None
     seed: int = 0
-    temperatures: list[float] | None = None
-
-    def per_chain_temperatures(self, default: float) -> list[float]:
-        """The temperature of each chain."""
-        if self.temperatures is None:
-            return [default] * self.num_chains
-        block = self.num_chains // len(self.temperatures)
-        return [self.temperatures[c // block] for c in range(self.num_chains)]
 
     def validate(self, key: str = "chains") -> None:
+        """Raise :class:`ConfigError` naming ``{key}.<field>`` for the first value that is out of range."""
         require(self.sequences is None or (len(self.sequences) > 0 and all(s.strip() for s in self.sequences)),
                 f"{key}.sequences", "be a non-empty list of non-empty strings or null", self.sequences)
         require(self.num_chains >= 1, f"{key}.num_chains", "be >= 1", self.num_chains)
@@ -118,25 +117,19 @@ class ChainsConfig:
             require(self.crop >= 0, f"{key}.crop", "be >= 0 or null", self.crop)
             require(self.window is not None, f"{key}.crop", "come with a chains.window to crop around", self.crop)
         check_seed(f"{key}.seed", self.seed)
-        if self.temperatures is not None:
-            _positive_temperatures(f"{key}.temperatures", self.temperatures)
-            require(self.num_chains % len(self.temperatures) == 0, f"{key}.num_chains",
-                    f"be a multiple of the {len(self.temperatures)} chains.temperatures", self.num_chains)
 
 
 @dataclass
 class SamplerConfig:
-    """:class:`~mlm_dynamics.GlauberSampler` options."""
+    """:class:`~mlm_dynamics.GlauberSampler` options (the temperatures are the run's ladder, ``temperatures``)."""
 
-    temperature: float = 1.0
     scan: str = "random"
     block_size: int = 1
     top_k: int | None = None
     top_p: float | None = None
 
     def validate(self, key: str = "sampler") -> None:
-        require(math.isfinite(self.temperature) and self.temperature > 0, f"{key}.temperature",
-                "be a finite number > 0", self.temperature)
+        """Raise :class:`ConfigError` naming ``{key}.<field>`` for the first value that is out of range."""
         require(self.scan in SCAN_ORDERS, f"{key}.scan", f"be one of {list(SCAN_ORDERS)}", self.scan)
         require(self.block_size >= 1, f"{key}.block_size", "be >= 1", self.block_size)
         require(self.top_k is None or self.top_k >= 1, f"{key}.top_k", "be >= 1 or null", self.top_k)
@@ -153,6 +146,7 @@ class StepsConfig:
     checkpoint_every: int | None = 100
 
     def validate(self, key: str = "run") -> None:
+        """Raise :class:`ConfigError` naming ``{key}.<field>`` for the first value that is out of range."""
         require(self.num_steps >= 1, f"{key}.num_steps", "be >= 1", self.num_steps)
         require(self.record_every >= 1, f"{key}.record_every", "be >= 1", self.record_every)
         require(self.checkpoint_every is None or self.checkpoint_every >= 1, f"{key}.checkpoint_every",
@@ -161,21 +155,17 @@ class StepsConfig:
 
 @dataclass
 class CouplingConfig:
-    """Maximally coupled pairs (start sequence vs random tokens on the sites) followed for ``max_steps``, at each
-    temperature of ``temperatures`` (``null``: the sampler's), all in one batch; met pairs leave the batch."""
+    """Maximally coupled pairs (start sequence vs random tokens on the sites) followed for ``max_steps``:
+    ``num_pairs`` at each temperature of the run's ladder, all in one batch; met pairs leave the batch."""
 
     enabled: bool = True
     num_pairs: int = 4
     max_steps: int = 200
-    temperatures: list[float] | None = None
 
     def validate(self, key: str = "coupling") -> None:
+        """Raise :class:`ConfigError` naming ``{key}.<field>`` for the first value that is out of range."""
         require(self.num_pairs >= 1, f"{key}.num_pairs", "be >= 1", self.num_pairs)
         require(self.max_steps >= 1, f"{key}.max_steps", "be >= 1", self.max_steps)
-        if self.temperatures is not None:
-            _positive_temperatures(f"{key}.temperatures", self.temperatures)
-            require(len(set(self.temperatures)) == len(self.temperatures), f"{key}.temperatures", "be distinct",
-                    self.temperatures)
 
 
 @dataclass
@@ -194,6 +184,7 @@ class SemanticsConfig:
     reference_samples: int = 16
 
     def validate(self, key: str = "semantics") -> None:
+        """Raise :class:`ConfigError` naming ``{key}.<field>`` for the first value that is out of range."""
         require(self.every >= 1, f"{key}.every", "be >= 1", self.every)
         for name in ("trap_radius", "basin_radius"):
             value = getattr(self, name)
@@ -214,6 +205,7 @@ class RectangleConfig:
     max_distance: int | None = None
 
     def validate(self, key: str = "rectangle") -> None:
+        """Raise :class:`ConfigError` naming ``{key}.<field>`` for the first value that is out of range."""
         require(self.pairs_per_context >= 1, f"{key}.pairs_per_context", "be >= 1", self.pairs_per_context)
         require(self.num_tokens >= 2, f"{key}.num_tokens", "be >= 2", self.num_tokens)
         require(self.max_distance is None or self.max_distance >= 1, f"{key}.max_distance", "be >= 1 or null",
@@ -229,25 +221,35 @@ class MarginsConfig:
 
 @dataclass
 class InfluenceConfig:
-    """Influence coefficients among the first ``max_sites`` resampled sites of ``num_contexts`` final states."""
+    """Influence coefficients among the first ``max_sites`` resampled sites of ``num_contexts`` final states, at each
+    temperature of the run's ladder."""
 
     enabled: bool = False
     num_contexts: int = 1
     max_sites: int = 8
     replacements: int = 1
-    temperatures: list[float] = field(default_factory=lambda: [0.5, 1.0, 2.0, 4.0])
 
     def validate(self, key: str = "influence") -> None:
+        """Raise :class:`ConfigError` naming ``{key}.<field>`` for the first value that is out of range."""
         require(self.num_contexts >= 1, f"{key}.num_contexts", "be >= 1", self.num_contexts)
         require(self.max_sites >= 2, f"{key}.max_sites", "be >= 2", self.max_sites)
         require(self.replacements >= 1, f"{key}.replacements", "be >= 1", self.replacements)
-        _positive_temperatures(f"{key}.temperatures", self.temperatures)
 
 
 @dataclass
 class RunConfig:
-    """The ``run`` job: Glauber chains on one model, plus coupling, rectangle, margin and influence sections."""
+    """The ``run`` job: Glauber chains on one model, plus coupling, rectangle, margin and influence sections.
 
+    ``temperatures`` is the run's one temperature ladder: the chains split into equal blocks over it, and the coupled
+    pairs and the influence estimate run at each of its temperatures. The report's headline numbers (mixing scalars,
+    margins, rectangles) are at :attr:`main_temperature`."""
+
+    JOB: ClassVar[str] = "run"
+    MOVED: ClassVar[dict[str, str]] = dict.fromkeys(
+        ("sampler.temperature", "chains.temperatures", "coupling.temperatures", "influence.temperatures"),
+        "the top-level `temperatures`, the run's one ladder (e.g. `temperatures: [0.5, 1.0]`)")
+
+    temperatures: list[float] = field(default_factory=lambda: [1.0])
     model: ModelConfig = field(default_factory=ModelConfig)
     chains: ChainsConfig = field(default_factory=ChainsConfig)
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
@@ -260,7 +262,12 @@ class RunConfig:
 
     def validate(self) -> None:
         """Range checks of every section (types were checked on loading); raises :class:`ConfigError`."""
+        _positive_temperatures("temperatures", self.temperatures)
+        require(len(set(self.temperatures)) == len(self.temperatures), "temperatures", "be distinct",
+                self.temperatures)
         validate_sections(self)
+        require(self.chains.num_chains % len(self.temperatures) == 0, "chains.num_chains",
+                f"be a multiple of the {len(self.temperatures)} temperatures", self.chains.num_chains)
         if self.influence.enabled:
             require(self.influence.num_contexts <= self.chains.num_chains, "influence.num_contexts",
                     f"be <= chains.num_chains ({self.chains.num_chains})", self.influence.num_contexts)
@@ -268,10 +275,20 @@ class RunConfig:
             require(self.model.source == "antiberty", "chains.sequences",
                     "be given for models other than the bundled antiberty", None)
 
+    @property
+    def main_temperature(self) -> float:
+        """``1.0`` (the model's own conditionals) when it is on the ladder, else the ladder's lowest temperature."""
+        return 1.0 if 1.0 in self.temperatures else min(self.temperatures)
+
+    def per_chain_temperatures(self) -> list[float]:
+        """The temperature of each chain: equal blocks, one per temperature of the ladder, in ladder order."""
+        block = self.chains.num_chains // len(self.temperatures)
+        return [self.temperatures[c // block] for c in range(self.chains.num_chains)]
+
     def resume_fingerprint(self) -> dict[str, Any]:
         """What a resumed run must share with its checkpoint: everything but the budgets and the report sections."""
         data = to_dict(self)
-        return {key: data[key] for key in ("model", "chains", "sampler", "semantics")} | {
+        return {key: data[key] for key in ("temperatures", "model", "chains", "sampler", "semantics")} | {
             "record_every": self.run.record_every}
 
 
@@ -290,6 +307,7 @@ class SweepModelConfig(ModelConfig):
     states: int = 3
 
     def validate(self, key: str = "model") -> None:
+        """Raise :class:`ConfigError` naming ``{key}.<field>`` for the first value that is out of range."""
         sources = (*TOY_SOURCES, *MODEL_SOURCES)
         require(self.source in sources, f"{key}.source", f"be one of {list(sources)}", self.source)
         if self.source not in TOY_SOURCES:
@@ -314,6 +332,7 @@ class GridConfig:
     seed: int = 0
 
     def validate(self, key: str = "grid") -> None:
+        """Raise :class:`ConfigError` naming ``{key}.<field>`` for the first value that is out of range."""
         _positive_temperatures(f"{key}.temperatures", self.temperatures)
         require(len(set(self.temperatures)) == len(self.temperatures), f"{key}.temperatures", "be distinct",
                 self.temperatures)
@@ -339,6 +358,7 @@ class ContextConfig:
     crop: int | None = None
 
     def validate(self, key: str = "context") -> None:
+        """Raise :class:`ConfigError` naming ``{key}.<field>`` for the first value that is out of range."""
         require(self.sequence is None or bool(self.sequence.strip()), f"{key}.sequence",
                 "be a non-empty string or null", self.sequence)
         require(self.crop is None or self.crop >= 0, f"{key}.crop", "be >= 0 or null", self.crop)
@@ -361,6 +381,7 @@ class DriftSweepConfig:
     reference_samples: int = 16
 
     def validate(self, key: str = "drift") -> None:
+        """Raise :class:`ConfigError` naming ``{key}.<field>`` for the first value that is out of range."""
         require(self.chains >= 1, f"{key}.chains", "be >= 1", self.chains)
         require(self.distance in DISTANCES, f"{key}.distance", f"be one of {list(DISTANCES)}", self.distance)
         require(len(self.thresholds) > 0 and all(0 < t <= 2 for t in self.thresholds), f"{key}.thresholds",
@@ -379,6 +400,7 @@ class LagSweepConfig:
     t_values: list[int] = field(default_factory=lambda: [0, 100, 200, 400])
 
     def validate(self, key: str = "lag") -> None:
+        """Raise :class:`ConfigError` naming ``{key}.<field>`` for the first value that is out of range."""
         require(self.lag >= 1, f"{key}.lag", "be >= 1", self.lag)
         require(self.pairs >= 1, f"{key}.pairs", "be >= 1", self.pairs)
         require(len(self.t_values) > 0 and all(t >= 0 for t in self.t_values), f"{key}.t_values",
@@ -394,6 +416,7 @@ class InfluenceSweepConfig:
     replacements: int = 1
 
     def validate(self, key: str = "influence") -> None:
+        """Raise :class:`ConfigError` naming ``{key}.<field>`` for the first value that is out of range."""
         require(self.max_sites >= 2, f"{key}.max_sites", "be >= 2", self.max_sites)
         require(self.replacements >= 1, f"{key}.replacements", "be >= 1", self.replacements)
 
@@ -409,6 +432,8 @@ class SweepRectangleConfig(RectangleConfig):
 class SweepConfig:
     """The ``sweep`` job."""
 
+    JOB: ClassVar[str] = "sweep"
+
     model: SweepModelConfig = field(default_factory=SweepModelConfig)
     grid: GridConfig = field(default_factory=GridConfig)
     context: ContextConfig = field(default_factory=ContextConfig)
@@ -420,6 +445,7 @@ class SweepConfig:
     bootstrap: int = 200
 
     def validate(self) -> None:
+        """Validate every section; raise :class:`ConfigError` naming the first bad key."""
         validate_sections(self)
         require(self.checkpoint_every is None or self.checkpoint_every >= 1, "checkpoint_every", "be >= 1 or null",
                 self.checkpoint_every)
@@ -457,13 +483,23 @@ def load_config(schema: type[ConfigT], path: str | Path | None = None, overrides
 
     Every problem is a :class:`ConfigError` naming ``--config`` (unreadable, not UTF-8, empty, not YAML, not a
     mapping), the override (``--set``) or the key."""
+    moved: dict[str, str] = getattr(schema, "MOVED", {})
     try:
         merged = OmegaConf.structured(schema)
         if path is not None:
-            merged = OmegaConf.merge(merged, _read_yaml(Path(path)))
+            file = resolve_config(path, getattr(schema, "JOB", None))
+            loaded = _read_yaml(file)
+            for key in _dotted_keys(loaded):
+                if key in moved:
+                    raise ConfigError(f"--config: {path}: {key} moved to {moved[key]}")
+            _relative_to(loaded, file.parent, getattr(schema, "PATHS", ()))
+            merged = _merge(merged, loaded, f"--config: {path}")
         for item in overrides:
             if "=" not in item:
                 raise ConfigError(f"--set expects key.sub=value, got {item!r}")
+            if item.split("=", 1)[0].strip() in moved:
+                key = item.split("=", 1)[0].strip()
+                raise ConfigError(f"--set {item!r}: {key} moved to {moved[key]}")
             try:
                 override = OmegaConf.from_dotlist([item])
             except Exception as error:  # YAML errors of the value
@@ -471,7 +507,7 @@ def load_config(schema: type[ConfigT], path: str | Path | None = None, overrides
                     first = str(error).splitlines()[0]
                     raise ConfigError(f"--set {item!r} is not a valid YAML value: {first}") from None
                 raise
-            merged = OmegaConf.merge(merged, override)
+            merged = _merge(merged, override, f"--set {item!r}")
         config = OmegaConf.to_object(merged)
     except OmegaConfBaseException as error:
         raise ConfigError(_describe(error)) from None
@@ -479,6 +515,78 @@ def load_config(schema: type[ConfigT], path: str | Path | None = None, overrides
     if validate is not None:
         validate()
     return config  # type: ignore[return-value]
+
+
+def _merge(merged: DictConfig, other: Any, where: str) -> DictConfig:
+    """``OmegaConf.merge``, with a mapping given for a list (or the reverse) refused by the key's name: OmegaConf
+    raises a bare TypeError there."""
+    try:
+        return OmegaConf.merge(merged, other)  # type: ignore[return-value]
+    except TypeError:
+        key, wanted = _container_mismatch(merged, other)
+        raise ConfigError(f"{where}: {key} must be a {wanted}") from None
+
+
+def _container_mismatch(target: Any, other: Any, prefix: str = "") -> tuple[str, str]:
+    """The first key of ``other`` whose value is a mapping where ``target`` has a list or a scalar, or the
+    reverse, and what it must be."""
+    for key, value in other.items():
+        if not isinstance(target, DictConfig) or key not in target:
+            continue
+        current, path = target._get_node(key), f"{prefix}{key}"
+        kinds = [isinstance(node, (DictConfig, dict)) for node in (current, value)]
+        lists = [isinstance(node, (ListConfig, list)) for node in (current, value)]
+        if kinds[0] != kinds[1] or lists[0] != lists[1]:
+            return path, "mapping" if kinds[0] else "list" if lists[0] else "single value"
+        if kinds[0]:
+            found = _container_mismatch(current, value, f"{path}.")
+            if found[0]:
+                return found
+    return "", "value of another kind"
+
+
+def presets() -> dict[str, str]:
+    """The presets shipped in the package: name -> the job that runs it (``# job: NAME``, the file's first line)."""
+    out = {}
+    for file in sorted(PRESETS.glob("*.yaml")):
+        first = file.read_text(encoding="utf-8").splitlines()[0]
+        out[file.stem] = first.removeprefix("# job:").strip()
+    return out
+
+
+def resolve_config(path: str | Path, job: str | None = None) -> Path:
+    """``path`` when it is a file, else the packaged preset of that name (with or without ``.yaml``); a ConfigError
+    naming ``--config`` when it is neither, or when the preset belongs to another job than ``job``."""
+    file = Path(path)
+    if file.is_file() or file.parent != Path(".") or file.exists():
+        return file  # a file, or a path: _read_yaml says what is wrong with it
+    known = presets()
+    name = file.name.removesuffix(".yaml")
+    if name not in known:
+        raise ConfigError(f"--config: no such file {path}, and no preset of that name (presets: {', '.join(known)})")
+    if job is not None and known[name] != job:
+        raise ConfigError(f"--config: preset {name!r} is for `mlm-dynamics {known[name]}`, not `{job}`")
+    return PRESETS / f"{name}.yaml"
+
+
+def _relative_to(loaded: DictConfig, folder: Path, keys: Sequence[str]) -> None:
+    """Rewrite the relative file paths at ``keys`` (and a local ``model.name_or_path``) of a loaded config file to
+    paths under ``folder`` where such a file exists."""
+    for key in (*keys, "model.name_or_path"):
+        value = OmegaConf.select(loaded, key, default=None)
+        if isinstance(value, str) and value and not Path(value).is_absolute() and (folder / value).exists():
+            OmegaConf.update(loaded, key, str(folder / value), force_add=False)
+
+
+def _dotted_keys(config: DictConfig, prefix: str = "") -> list[str]:
+    """Every key of a nested mapping, dotted (``sampler.temperature``)."""
+    keys = []
+    for key, value in config.items_ex(resolve=False):
+        dotted = f"{prefix}{key!s}"
+        keys.append(dotted)
+        if isinstance(value, DictConfig):
+            keys += _dotted_keys(value, f"{dotted}.")
+    return keys
 
 
 def _read_yaml(path: Path) -> Any:
@@ -510,3 +618,10 @@ def _describe(error: OmegaConfBaseException) -> str:
     key = getattr(error, "full_key", None)
     message = str(error).split("\n")[0]
     return f"{key}: {message}" if key else message
+
+
+__all__ = ["DISTANCES", "DTYPES", "MODEL_SOURCES", "TOY_SOURCES", "ChainsConfig", "ConfigError",
+           "ContextConfig", "CouplingConfig", "DriftSweepConfig", "GridConfig", "InfluenceConfig",
+           "InfluenceSweepConfig", "LagSweepConfig", "MarginsConfig", "ModelConfig", "RectangleConfig", "RunConfig",
+           "SamplerConfig", "SemanticsConfig", "StepsConfig", "SweepConfig", "SweepModelConfig", "SweepRectangleConfig",
+           "check_device", "check_seed", "load_config", "require", "to_dict", "validate_sections"]

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 
+from .._random import as_generator
 from ..corpus import sample_sentences
 from ..diagnostics.rectangle import RectangleReport, sample_rectangles
 from ..models.base import Denoiser
@@ -37,6 +39,11 @@ class TableModel:
 
 @dataclass
 class RectangleTableConfig:
+    """The ``rectangle-table`` job: ``contexts`` natural contexts per model, ``pairs_per_context`` site pairs each with
+    the top ``num_tokens`` candidates; pairs within ``near_distance`` positions are reported apart."""
+
+    JOB: ClassVar[str] = "rectangle-table"
+
     models: list[TableModel] = field(default_factory=lambda: [
         TableModel("AntiBERTy", "antiberty"), TableModel("English MLM (bundled)", "english"),
         TableModel("toy MRF, compatible", "toy-compatible"), TableModel("toy MRF, incompatible", "toy-incompatible")])
@@ -48,6 +55,7 @@ class RectangleTableConfig:
     seed: int = 0
 
     def validate(self) -> None:
+        """Validate every section; raise :class:`ConfigError` naming the first bad key."""
         require(len(self.models) > 0, "models", "be a non-empty list", self.models)
         for k, model in enumerate(self.models):
             sources = (*MODEL_SOURCES, *TOY_CONTROLS)
@@ -63,12 +71,14 @@ class RectangleTableConfig:
 
 @dataclass
 class TableRow:
+    """One row of ``table.csv``: a model's rectangle statistics, overall and by site distance."""
     name: str
     source: str
     report: RectangleReport
     near_distance: int
 
     def summary(self) -> dict[str, float | str]:
+        """The row as a flat dict for the CSV and ``report.json``."""
         near = self.report.distances <= self.near_distance
         parts = {"near": near, "far": ~near}
         out: dict[str, float | str] = {"model": self.name, "source": self.source, **self.report.summary()}
@@ -80,11 +90,12 @@ class TableRow:
 
 
 def run_rectangle_table(config: RectangleTableConfig) -> list[TableRow]:
+    """The rectangle test on each model of ``config.models`` with one protocol; the toy controls included."""
     config.validate()
     rows = []
     for spec in config.models:
         denoiser, contexts = _contexts(spec, config)
-        generator = torch.Generator(device=denoiser.device).manual_seed(config.seed)
+        generator = as_generator(config.seed, "rectangles", device=denoiser.device)
         reports = [sample_rectangles(denoiser, context[None], pairs_per_context=config.pairs_per_context,
                                      num_tokens=config.num_tokens, generator=generator) for context in contexts]
         rows.append(TableRow(spec.name, spec.source, RectangleReport.concatenate(reports), config.near_distance))
@@ -95,8 +106,8 @@ def _contexts(spec: TableModel, config: RectangleTableConfig) -> tuple[Denoiser,
     """The model and its natural contexts (one ``[L]`` tensor each; lengths may differ)."""
     if spec.source in TOY_CONTROLS:
         toy = PairwiseMRFDenoiser.random(8, 5, scale=1.0, compatible=spec.source == "toy-compatible",
-                                         seed=config.seed).to(config.device)
-        states = torch.randint(5, (config.contexts, 8), generator=torch.Generator().manual_seed(config.seed))
+                                         generator=as_generator(config.seed, "toy-model")).to(config.device)
+        states = torch.randint(5, (config.contexts, 8), generator=as_generator(config.seed, "toy-contexts"))
         return toy, list(states.to(config.device))
     denoiser, codec = build_model(ModelConfig(spec.source, spec.name_or_path, spec.num_layers, config.device))
     if spec.source == "antiberty":
@@ -104,3 +115,6 @@ def _contexts(spec: TableModel, config: RectangleTableConfig) -> tuple[Denoiser,
     else:
         texts = sample_sentences(config.contexts, config.seed, split="heldout")
     return denoiser, [torch.tensor(codec.encode(text), device=denoiser.device) for text in texts]
+
+
+__all__ = ["TOY_CONTROLS", "RectangleTableConfig", "TableModel", "TableRow", "run_rectangle_table"]

@@ -18,10 +18,11 @@ import torch
 from torch import Tensor
 
 from .._io import AppendLog
+from .._random import as_generator
 from ..diagnostics.claims import ClaimsReport, Evidence, assess_claims
 from ..diagnostics.influence import InfluenceEstimate, estimate_influence
 from ..diagnostics.margins import LocalMargins, local_margins
-from ..diagnostics.meeting import MeetingTimes
+from ..diagnostics.meeting import MeetingTimes, meeting_times_of
 from ..diagnostics.rectangle import RectangleReport, sample_rectangles
 from ..embedders.base import HiddenStateEmbedder, cosine_distance
 from ..models.base import Denoiser
@@ -121,11 +122,9 @@ def run_chains(config: RunConfig, out_dir: Path | None = None, *, resume: bool =
                                           key="chains.crop")
         window, notes = [first, first + window[1] - window[0]], [note]
     sites = window_sites(denoiser, tokens, window)
-    temperatures = config.chains.per_chain_temperatures(config.sampler.temperature)
-    ladder: float | Tensor = (torch.tensor(temperatures, dtype=torch.float64) if config.chains.temperatures
-                              else config.sampler.temperature)
-    sampler = GlauberSampler(denoiser, **(to_dict(config.sampler) | {"temperature": ladder}))
-    state = sampler.init_state(tokens, seed=config.chains.seed, sites=sites)
+    temperatures = config.per_chain_temperatures()
+    sampler = GlauberSampler(denoiser, torch.tensor(temperatures, dtype=torch.float64), **to_dict(config.sampler))
+    state = sampler.init_state(tokens, generator=config.chains.seed, sites=sites)
     start = state.tokens.clone()
     pll = PseudoLogLikelihoodEnergy(denoiser, sites=sites)
     start_energy = pll(start)
@@ -134,7 +133,7 @@ def run_chains(config: RunConfig, out_dir: Path | None = None, *, resume: bool =
     progress: dict[str, Any] = {"changes": torch.zeros(sites.shape, dtype=torch.long, device=tokens.device),
                                 "changed_steps": torch.zeros(tokens.shape[0], device=tokens.device),
                                 "log_prob_sum": 0.0}
-    generator = torch.Generator(device=tokens.device).manual_seed(config.chains.seed + 1)
+    generator = as_generator(config.chains.seed, "coupling", device=tokens.device)
     watch = _Semantics(denoiser, state, config) if config.semantics.enabled else None
     num_steps, record_every, every = config.run.num_steps, config.run.record_every, config.run.checkpoint_every
     trajectory = _Trajectory(None if out_dir is None else out_dir / "trajectory.csv")
@@ -204,13 +203,12 @@ def run_chains(config: RunConfig, out_dir: Path | None = None, *, resume: bool =
     if watch is not None:
         result.semantics = watch.result(temperatures)
     if config.coupling.enabled:
-        coupling_ladder = config.coupling.temperatures or [config.sampler.temperature]
-        result.coupling = measure_coupling(denoiser, config, start, sites, coupling_ladder, generator)
+        result.coupling = measure_coupling(denoiser, config, start, sites, config.temperatures, generator)
     if config.rectangle.enabled:
         spec = config.rectangle
         result.rectangle = sample_rectangles(denoiser, state.tokens, pairs_per_context=spec.pairs_per_context,
                                              num_tokens=spec.num_tokens, max_distance=spec.max_distance,
-                                             temperature=config.sampler.temperature, sites=sites,
+                                             temperature=config.main_temperature, sites=sites,
                                              generator=generator)
     if config.margins.enabled:
         result.margins = {name: local_margins(denoiser, t, sites=sites)
@@ -289,13 +287,12 @@ def measure_coupling(denoiser: Denoiser, config: RunConfig, start: Tensor, sites
     pair_sites = sites[:1].expand(rows, -1)
     y0 = randomize_sites(denoiser, x0, pair_sites, generator)
     ladder = torch.tensor(temperatures, dtype=torch.float64).repeat_interleave(num_pairs)
-    sampler = GlauberSampler(denoiser, **(to_dict(config.sampler) | {"temperature": ladder}))
+    sampler = GlauberSampler(denoiser, ladder, **to_dict(config.sampler))
     t0 = time.perf_counter()
     chains = CoupledGlauberChains(sampler, freeze_met=True)
-    seed = int(torch.randint(2**31, (1,), generator=generator, device=generator.device))
-    state = chains.init_state(x0, y0, seed=seed, sites=pair_sites)
+    state = chains.init_state(x0, y0, generator=as_generator(generator, "pairs"), sites=pair_sites)
     initial = (state.x.tokens != state.y).sum(1).tolist()
-    pooled = chains.run(state, max_steps)
+    pooled = meeting_times_of(chains.run(state, max_steps))
     times = {tau: MeetingTimes(times=pooled.times[k * num_pairs:(k + 1) * num_pairs],
                                censored=pooled.censored[k * num_pairs:(k + 1) * num_pairs], max_steps=pooled.max_steps)
              for k, tau in enumerate(temperatures)}
@@ -307,7 +304,7 @@ def measure_influence(denoiser: Denoiser, tokens: Tensor, sites: Tensor, config:
                       generator: torch.Generator) -> InfluenceEstimate:
     """Influence among the first ``influence.max_sites`` resampled sites (sums over those sites: lower estimates)."""
     spec = config.influence
-    return estimate_influence(denoiser, tokens[: spec.num_contexts], temperatures=spec.temperatures,
+    return estimate_influence(denoiser, tokens[: spec.num_contexts], temperatures=config.temperatures,
                               sites=sites[0, : spec.max_sites], replacements=spec.replacements, generator=generator)
 
 
@@ -328,15 +325,15 @@ class _Semantics:
             return hidden(tokens, mask)
 
         start = state.tokens.clone()
-        generator = torch.Generator(device=start.device).manual_seed(config.chains.seed + 2)
+        generator = as_generator(config.chains.seed, "drift-scale", device=start.device)
         self.scale = float(random_fill_scale(random_fill_distances(
             embedder, denoiser, start, state.sites, samples=spec.reference_samples, generator=generator,
-            num_sites=state.counts)))
+            site_counts=state.counts)))
         self.monitor = ChainMonitor(embedder, every=spec.every,
                                     thresholds=[t * self.scale for t in spec.thresholds],
                                     traps=TrapTracker(radius=spec.trap_radius * self.scale, dwell=spec.dwell,
                                                       basin_radius=spec.basin_radius * self.scale),
-                                    temperature=config.sampler.temperature, prefix="", keep_history=1)
+                                    temperature=config.main_temperature, prefix="", keep_history=1)
         self.monitor.start(state)
         assert self.monitor.drift.reference is not None  # set by start
         self.embeddings: list[Tensor] = [self.monitor.drift.reference.float().cpu()]
@@ -401,3 +398,7 @@ class _Semantics:
                                metrics={k: float(v) for k, v in history.items() if k != "step"},
                                dwell_times=traps.dwell_times(include_open=True), temperatures=temperatures,
                                events=list(traps.events))
+
+
+__all__ = ["TRAJECTORY_FIELDS", "ChainRunResult", "CouplingResult", "SemanticsResult", "measure_coupling",
+           "measure_influence", "run_chains", "run_claims"]

@@ -19,18 +19,26 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 
+from .._random import as_generator
 from ..corpus import sample_sentences
 from ..diagnostics.quantiles import quantiles
 from ..embedders.base import SentenceEmbedder, cosine_distance
 from ..models.huggingface import TextCodec
 from ..sampling.glauber import GlauberSampler
-from ..tracking.traps import TrapEvent, TrapTracker, load_topics, topic_similarity, trap_statistics
+from ..tracking.traps import (
+    TrapEvent,
+    TrapTracker,
+    load_topics,
+    topic_sets,
+    topic_similarity,
+    topics_file,
+    trap_statistics,
+)
 from .common import build_model
 from .config import ConfigError, ModelConfig, check_seed, require
 
@@ -44,7 +52,11 @@ NEUTRAL_STARTS = (
 
 @dataclass
 class CaseStudyConfig:
-    """The ``semantics`` job (see the module docstring); radii are in units of the encoder's scale."""
+    """The ``semantics`` job (see the module docstring); radii are in units of the encoder's scale. ``topics``: a YAML
+    file of topic anchors, or the name of a set shipped in the package (``politics``)."""
+
+    JOB: ClassVar[str] = "semantics"
+    PATHS: ClassVar[tuple[str, ...]] = ("topics",)
 
     model: ModelConfig = field(default_factory=lambda: ModelConfig(source="english"))
     starts: list[str] = field(default_factory=lambda: list(NEUTRAL_STARTS))
@@ -53,7 +65,7 @@ class CaseStudyConfig:
     num_steps: int = 600
     every: int = 10
     encoder: str | None = None
-    topics: str = "configs/topics-politics.yaml"
+    topics: str = "politics"
     topic_quantile: float = 0.9
     topic_threshold: float | None = None
     trap_radius: float = 0.15
@@ -64,6 +76,7 @@ class CaseStudyConfig:
     seed: int = 0
 
     def validate(self) -> None:
+        """Validate every section; raise :class:`ConfigError` naming the first bad key."""
         self.model.validate("model")
         require(self.model.source != "antiberty", "model.source", "be an English masked LM (english or huggingface)",
                 self.model.source)
@@ -79,7 +92,8 @@ class CaseStudyConfig:
         check_seed("seed", self.seed)
         require(self.topic_threshold is None or -1 <= self.topic_threshold <= 1, "topic_threshold",
                 "be a cosine similarity in [-1, 1] or null", self.topic_threshold)
-        require(Path(self.topics).is_file(), "topics", "be a YAML file of topic anchors", self.topics)
+        require(topics_file(self.topics) is not None, "topics",
+                f"be a YAML file of topic anchors or a packaged set ({', '.join(topic_sets())})", self.topics)
 
 
 @dataclass
@@ -112,7 +126,7 @@ class CaseStudyResult:
     def by_temperature(self) -> list[dict[str, Any]]:
         """Per temperature: drift, traps, basins, dwell, and per topic fraction, base rate, attraction with a
         bootstrap interval over chains."""
-        generator = torch.Generator().manual_seed(self.config.seed)
+        generator = as_generator(self.config.seed, "bootstrap")
         drift, fractions = self.drift(), self.topic_fractions()
         out = []
         for tau in sorted(set(self.temperatures)):
@@ -165,7 +179,7 @@ def run_case_study(config: CaseStudyConfig) -> CaseStudyResult:
 
     sample = sample_sentences(config.corpus_sentences, config.seed)
     base = encoder.embed_texts(sample)
-    shuffled = base[torch.randperm(len(base), generator=torch.Generator().manual_seed(config.seed + 1))]
+    shuffled = base[torch.randperm(len(base), generator=as_generator(config.seed, "shuffle"))]
     scale = float(quantiles(cosine_distance(base, shuffled), [0.5])[0])  # the project's median (type 7)
     similarity = {name: topic_similarity(base, anchor) for name, anchor in zip(topics, anchors, strict=True)}
     thresholds = {name: config.topic_threshold if config.topic_threshold is not None else
@@ -180,7 +194,7 @@ def run_case_study(config: CaseStudyConfig) -> CaseStudyResult:
     tokens = torch.tensor([e + [pad] * (length - len(e)) for e in encoded], device=denoiser.device)
     sites, counts = denoiser.padded_sites(tokens)
     sampler = GlauberSampler(denoiser, torch.tensor(temperatures, dtype=torch.float64))
-    state = sampler.init_state(tokens, seed=config.seed, sites=sites, num_sites=counts)
+    state = sampler.init_state(tokens, generator=config.seed, sites=sites, site_counts=counts)
     traps = TrapTracker(radius=config.trap_radius * scale, dwell=config.dwell, basin_radius=config.basin_radius * scale)
 
     steps: list[int] = []
@@ -211,3 +225,5 @@ def run_case_study(config: CaseStudyConfig) -> CaseStudyResult:
                            recurrent_basins=traps.recurrent_basins, thresholds=thresholds,
                            seconds={"setup": round(setup_seconds, 1), "chains": round(time.perf_counter() - t1, 1)})
 
+
+__all__ = ["NEUTRAL_STARTS", "CaseStudyConfig", "CaseStudyResult", "run_case_study"]

@@ -30,9 +30,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .._random import as_generator
 from ..diagnostics.claims import ClaimsReport, Evidence, assess_claims
 from ..diagnostics.influence import InfluenceEstimate, estimate_influence
-from ..diagnostics.meeting import HittingTimes, MeetingTimes
+from ..diagnostics.meeting import HittingTimes, MeetingTimes, meeting_times_of
 from ..diagnostics.rectangle import RectangleReport, sample_rectangles
 from ..diagnostics.sweep import GridAnalysis, SweepCell, analyse_grid
 from ..embedders.base import HiddenStateEmbedder, cosine_distance
@@ -64,7 +65,11 @@ class SweepResult:
     notes: list[str] = field(default_factory=list)
 
     def cell(self, temperature: float, num_sites: int) -> SweepCell:
-        return next(c for c in self.cells if c.temperature == temperature and c.num_sites == num_sites)
+        """The cell at ``(temperature, num_sites)``; a KeyError naming both when the grid has none."""
+        for cell in self.cells:
+            if cell.temperature == temperature and cell.num_sites == num_sites:
+                return cell
+        raise KeyError(f"the sweep has no cell at temperature={temperature}, num_sites={num_sites}")
 
 
 @dataclass
@@ -163,13 +168,13 @@ def run_sweep(config: SweepConfig, out_dir: Path | None = None, *, resume: bool 
         influence = estimate_influence(widest.denoiser, widest.natural, temperatures=sorted({t for t, _ in cell_list}),
                                        sites=window[: config.influence.max_sites],
                                        replacements=config.influence.replacements,
-                                       generator=torch.Generator(device=widest.natural.device).manual_seed(grid.seed))
+                                       generator=as_generator(grid.seed, "influence", device=widest.natural.device))
     if extras and config.rectangle.enabled:
         spec = config.rectangle
         allowed = int(widest.denoiser.vocab.allowed_mask().sum())  # a toy chain may have fewer states than asked
         rectangles = sample_rectangles(widest.denoiser, widest.natural, pairs_per_context=spec.pairs_per_context,
                                        num_tokens=min(spec.num_tokens, allowed), max_distance=spec.max_distance,
-                                       sites=window[None], generator=torch.Generator().manual_seed(grid.seed))
+                                       sites=window[None], generator=as_generator(grid.seed, "rectangles"))
     spent = sum(g.pairs.state.rows for g in groups)
     uncompacted = sum(2 * len(g.pairs.layout.cell) for g in groups) * max(step, 1)
     return finish(config, result_cells, influence=influence, rectangles=rectangles,
@@ -190,7 +195,7 @@ def finish(config: SweepConfig, cells: list[SweepCell], *, influence: InfluenceE
     for cell in cells:
         cell.summarise(config.bootstrap, config.grid.seed)
     analysis = analyse_grid(cells, thresholds=config.drift.thresholds if config.drift.enabled else (),
-                            bootstrap=config.bootstrap, seed=config.grid.seed)
+                            bootstrap=config.bootstrap, generator=config.grid.seed)
     budget = int(timings["steps"])
     evidence = Evidence(censored={(c.temperature, c.num_sites): c.meeting.censored_fraction for c in cells},
                         pairs={(c.temperature, c.num_sites): c.meeting.times.numel() for c in cells}, budget=budget,
@@ -280,7 +285,7 @@ def _group(model: Denoiser, natural: Tensor, cells: list[GridCell], config: Swee
         if spec.relative:
             streams = [s.to(natural.device) for s in fill_streams(grid.seed, cells, layout, spec.reference_samples)]
             distances = random_fill_distances(embedder, model, state.tokens, state.sites,
-                                              samples=spec.reference_samples, streams=streams, num_sites=state.counts,
+                                              samples=spec.reference_samples, streams=streams, site_counts=state.counts,
                                               distance=distance)
             scale = random_fill_scale(distances, per_row=True)
         tracker = DriftTracker(embedder, thresholds=spec.thresholds, every=spec.every, distance=distance, scale=scale)
@@ -344,13 +349,14 @@ def _collect(group: _Group, config: SweepConfig, steps: int) -> list[SweepCell]:
 def _lagged(group: _Group, cells: list[SweepCell], config: SweepConfig) -> None:
     """L-lag meeting times per cell, both chains from independent random fillings, each pair on its own streams."""
     spec = config.lag
-    times, censored, layout = lagged_grid(group.denoiser, group.natural, group.cells, pairs=spec.pairs, lag=spec.lag,
-                                          max_steps=config.grid.max_steps, seed=config.grid.seed)
+    state, layout = lagged_grid(group.denoiser, group.natural, group.cells, pairs=spec.pairs, lag=spec.lag,
+                                max_steps=config.grid.max_steps, seed=config.grid.seed)
+    lagged = meeting_times_of(state, lag=spec.lag)
     for index, cell in enumerate(group.cells):
-        rows = layout.cell == index
+        rows = (layout.cell == index).to(lagged.times.device)
         target = next(c for c in cells if (c.temperature, c.num_sites) == cell.key)
-        target.lagged = MeetingTimes(times=times[rows], censored=censored[rows], lag=spec.lag,
-                                     max_steps=config.grid.max_steps)
+        target.lagged = MeetingTimes(times=lagged.times[rows].cpu(), censored=lagged.censored[rows].cpu(),
+                                     lag=spec.lag, max_steps=lagged.max_steps)
 
 
 def _environment(denoiser: Denoiser) -> dict[str, str]:

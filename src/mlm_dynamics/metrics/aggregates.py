@@ -52,6 +52,7 @@ class MeetingTimeMetric(Metric):
         self.add_state("lag", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="max")
 
     def update(self, result: MeetingTimes) -> None:
+        """Add one batch of meeting times (pairs pooled across batches and DDP ranks)."""
         if self.times and result.lag != int(self.lag):
             raise ValueError(f"meeting times have lag {result.lag}, earlier updates had lag {int(self.lag)}")
         self.times.append(result.times.double())
@@ -60,10 +61,12 @@ class MeetingTimeMetric(Metric):
         self.lag = torch.maximum(self.lag, torch.tensor(result.lag))
 
     def pooled(self) -> MeetingTimes:
+        """All meeting times seen so far, as one :class:`MeetingTimes`."""
         return MeetingTimes(times=dim_zero_cat(self.times), censored=dim_zero_cat(self.censored).bool(),
                             lag=int(self.lag), max_steps=int(self.max_steps))
 
     def compute(self) -> dict[str, float]:
+        """``MeetingTimes.summary()`` of the pooled times."""
         return self.pooled().summary(self.levels, self.tv_steps)
 
 
@@ -82,11 +85,13 @@ class RectanglePrevalence(Metric):
             self.add_state(name, default=[], dist_reduce_fx="cat")
 
     def update(self, report: RectangleReport) -> None:
+        """Add the rectangles of one report."""
         self.values.append(report.values.double())
         self.distances.append(report.distances.double())
         self.tolerance.append(report.tolerance.double())
 
     def compute(self) -> dict[str, float]:
+        """``RectangleReport.summary()`` of the pooled rectangles."""
         report = RectangleReport(values=dim_zero_cat(self.values), distances=dim_zero_cat(self.distances),
                                  tolerance=dim_zero_cat(self.tolerance))
         return report.summary(self.levels)
@@ -104,9 +109,11 @@ class DobrushinCoefficient(Metric):
         self.add_state("value", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="max")
 
     def update(self, dobrushin: Tensor) -> None:
+        """Add coefficient estimates (each one a lower estimate of Dobrushin's coefficient)."""
         self.value = torch.maximum(self.value, dobrushin.double().max())
 
     def compute(self) -> Tensor:
+        """The largest estimate seen (still a lower estimate of the coefficient)."""
         return self.value
 
 
@@ -122,9 +129,11 @@ class DwellTime(Metric):
         self.add_state("dwell", default=[], dist_reduce_fx="cat")
 
     def update(self, dwell_times: Tensor) -> None:
+        """Add completed dwell times (steps spent in a trap)."""
         self.dwell.append(dwell_times.double().flatten())
 
     def compute(self) -> dict[str, float]:
+        """Mean, median and q90 of the dwell times, and their count."""
         values = dim_zero_cat(self.dwell)
         out = {"dwell_time_mean": float(values.mean()) if values.numel() else float("nan")}
         out.update(quantile_summary("dwell_time", values, self.levels))
@@ -146,11 +155,13 @@ class ChainConvergence(Metric):
         self.add_state("draws", default=[], dist_reduce_fx="cat")
 
     def update(self, draws: Tensor) -> None:
+        """Add chains: draws ``[chains, T]`` (appended along the chain axis)."""
         if draws.dim() != 2:
             raise ValueError(f"draws must have shape [chains, T], got {tuple(draws.shape)}")
         self.draws.append(draws.double())
 
     def compute(self) -> dict[str, float]:
+        """Rank-normalised split R-hat and bulk ESS of the draws so far."""
         draws = dim_zero_cat(self.draws)
         return {"rhat": float(rhat(draws)), "ess": float(ess(draws))}
 
@@ -170,10 +181,12 @@ class DecodingQuality(Metric):
         self.add_state("ignore", default=[], dist_reduce_fx="cat")
 
     def update(self, samples: Tensor, ignore: Tensor | None = None) -> None:
+        """Add samples ``[B, L]``; ``ignore [B, L]`` marks positions left out (padding, still masked)."""
         self.samples.append(samples.long())
         self.ignore.append(torch.zeros_like(samples, dtype=torch.bool) if ignore is None else ignore.bool())
 
     def compute(self) -> dict[str, float]:
+        """Repetition and diversity statistics of the samples so far."""
         return DecodingSummary(dim_zero_cat(self.samples), dim_zero_cat(self.ignore), self.orders).summary()
 
 
@@ -206,5 +219,10 @@ class EffectiveTemperature(Metric):
         self.count += len(draws)
 
     def compute(self) -> dict[str, float]:
+        """Effective temperature of the draws so far, with the mean surprisal it matches."""
         return effective_temperature_from(self.total.cpu(), self.squares.cpu(), self.expected.cpu(), int(self.count),
                                           self.temperature)
+
+
+__all__ = ["ChainConvergence", "DecodingQuality", "DobrushinCoefficient", "DwellTime", "EffectiveTemperature",
+           "MeetingTimeMetric", "RectanglePrevalence"]

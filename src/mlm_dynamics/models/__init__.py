@@ -3,7 +3,8 @@
 - :mod:`.base`: the protocol and :class:`VocabInfo`;
 - :mod:`.huggingface`: Hugging Face masked LMs with the head applied at the asked positions only;
 - :mod:`.full_sequence`: any model returning full-sequence logits (masked-diffusion denoisers);
-- :mod:`.toy`, :mod:`.exact`: pairwise MRFs with exact conditionals and exact Glauber kernels, for validation;
+- :mod:`.toy`: pairwise MRFs with exact conditionals, for validation (their exact Glauber kernels are in
+  :mod:`mlm_dynamics.sampling.exact`);
 - :mod:`.pretrained`: real weights that load offline from registry packages (AntiBERTy).
 """
 

@@ -76,6 +76,7 @@ class Denoiser(nn.Module, abc.ABC):
 
     @property
     def device(self) -> torch.device:
+        """The device of the model's parameters (where token tensors must be)."""
         for tensor in (*self.parameters(), *self.buffers()):
             return tensor.device
         return torch.device("cpu")
@@ -119,7 +120,7 @@ class Denoiser(nn.Module, abc.ABC):
     def padded_sites(self, tokens: Tensor, where: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """``(sites [B, n_max], counts [B])``: each row's non-frame positions (restricted to ``where [B, L]`` if
         given) first, in order, padded by repeating its last one; for rows of different lengths (padded batches),
-        to pass as ``sites=``, ``num_sites=``."""
+        to pass as ``sites=``, ``site_counts=``."""
         self._validate_tokens(tokens)
         free = self.free_mask(tokens) if where is None else self.free_mask(tokens) & where.to(tokens.device)
         counts = free.sum(1)
@@ -181,3 +182,6 @@ def require_integer(name: str, tensor: object) -> None:
 def mask_positions(tokens: Tensor, positions: Tensor, mask_id: int) -> Tensor:
     """``tokens [B, L]`` with ``mask_id`` written at ``positions [B, K]`` (a new tensor)."""
     return tokens.scatter(1, positions, mask_id)
+
+
+__all__ = ["Denoiser", "VocabInfo", "mask_positions", "require_integer"]

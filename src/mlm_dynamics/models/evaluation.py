@@ -49,3 +49,6 @@ PROBES: Sequence[str] = (
     "The president signed the [MASK] into law.",
     "In the beginning God created the heaven and the [MASK].",
 )
+
+
+__all__ = ["PROBES", "fill_mask", "masked_accuracy"]

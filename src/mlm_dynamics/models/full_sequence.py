@@ -94,6 +94,19 @@ class FullSequenceDenoiser(Denoiser):
         model: an ``nn.Module`` (or a function, whose closed-over modules are registered).
         vocab: vocabulary metadata; ``vocab.mask_id`` is written at the masked positions.
         condition: optional ``(masked_tokens, positions) -> kwargs`` for time/noise conditioning.
+
+    Examples:
+        Any function from tokens ``[B, L]`` to logits ``[B, L, V]`` (here uniform ones) becomes a denoiser:
+
+        >>> import torch
+        >>> from mlm_dynamics import FullSequenceDenoiser, VocabInfo
+        >>> denoiser = FullSequenceDenoiser(lambda x: torch.zeros(*x.shape, 5), VocabInfo(size=5, mask_id=4,
+        ...                                                                                  forbidden_ids=(4,)))
+        >>> logits = denoiser.conditional_logits(torch.zeros(2, 3, dtype=torch.long), torch.tensor([[0], [2]]))
+        >>> tuple(logits.shape)
+        (2, 1, 5)
+
+        An MDLM-style backbone ``forward(x, sigma)``: ``FullSequenceDenoiser.masked_diffusion(backbone, vocab)``.
     """
 
     model: nn.Module

@@ -118,6 +118,26 @@ class MaskedLMDenoiser(Denoiser):
         special_ids: ids never proposed (the mask id always is).
         frame_ids: ids of structural positions never resampled (CLS, SEP, PAD).
         pad_id: padding id, masked out of attention (default: the model config's ``pad_token_id``).
+
+    Examples:
+        A view of the model, not a copy: it does not change its mode, and its conditionals are the model's logits at
+        the masked positions (the head is applied there only):
+
+        >>> import torch
+        >>> from transformers import BertConfig, BertForMaskedLM
+        >>> from mlm_dynamics import MaskedLMDenoiser
+        >>> model = BertForMaskedLM(BertConfig(vocab_size=12, hidden_size=16, num_hidden_layers=1,
+        ...                                    num_attention_heads=2, intermediate_size=32)).eval()
+        >>> denoiser = MaskedLMDenoiser(model, mask_id=3, special_ids=[0, 1, 2, 3], frame_ids=[1, 2], pad_id=0)
+        >>> tokens = torch.tensor([[1, 5, 6, 7, 2]])
+        >>> tuple(denoiser.conditional_logits(tokens, torch.tensor([[1, 3]])).shape)
+        (1, 2, 12)
+        >>> masked = tokens.masked_fill(torch.tensor([[False, True, False, False, False]]), 3)
+        >>> torch.allclose(denoiser.conditional_logits(tokens, torch.tensor([[1]]))[0, 0], model(masked).logits[0, 1],
+        ...                atol=1e-5)
+        True
+
+        With a tokenizer, ``MaskedLMDenoiser(model, tokenizer=tokenizer)`` reads the ids from it.
     """
 
     model: Any
@@ -295,7 +315,13 @@ class TextCodec:
         self.tokenizer = load_tokenizer(tokenizer) if isinstance(tokenizer, str) else tokenizer
 
     def encode(self, text: str) -> list[int]:
+        """Token ids of ``text``, with the tokenizer's special tokens."""
         return list(self.tokenizer(text)["input_ids"])
 
     def decode(self, ids: Sequence[int]) -> str:
+        """Text of ``ids``, special tokens dropped."""
         return str(self.tokenizer.decode(list(ids), skip_special_tokens=True))
+
+
+__all__ = ["HEAD_ONLY_FAMILIES", "Head", "MaskedLMDenoiser", "TextCodec", "load_model", "load_tokenizer",
+           "locate_pretrained", "tokenizer_ids"]

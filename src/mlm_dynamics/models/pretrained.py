@@ -41,12 +41,14 @@ class ResidueCodec:
         self._index = {residue: i + 5 for i, residue in enumerate(AMINO_ACIDS)}
 
     def encode(self, sequence: str) -> list[int]:
+        """Token ids of an amino-acid sequence, framed by ``[CLS]`` and ``[SEP]``."""
         unknown = sorted(set(sequence) - set(self._index))
         if unknown:
             raise ValueError(f"sequence: residues {unknown} are not among the 20 amino acids {AMINO_ACIDS}")
         return [self.cls_id, *(self._index[r] for r in sequence), self.sep_id]
 
     def decode(self, ids: Sequence[int]) -> str:
+        """The amino-acid sequence of ``ids`` (special tokens dropped)."""
         return "".join(self.vocabulary[i] for i in ids if i >= 5)
 
     def batch_encode(self, sequences: Sequence[str]) -> torch.Tensor:
@@ -110,3 +112,7 @@ def load_english_mlm(device: str | torch.device = "cpu", dtype: torch.dtype = to
                      ) -> tuple[MaskedLMDenoiser, TextCodec]:
     """The bundled English MLM (MiniLM-L6 fine-tuned on the vendored public-domain corpus) and its codec."""
     return MaskedLMDenoiser.from_pretrained(str(english_mlm_dir()), device=device, dtype=dtype)
+
+
+__all__ = ["AMINO_ACIDS", "EXAMPLE_ANTIBODIES", "ResidueCodec", "antiberty_weights_dir", "english_mlm_dir",
+           "load_antiberty", "load_english_mlm"]

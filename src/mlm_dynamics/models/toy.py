@@ -18,6 +18,7 @@ import itertools
 import torch
 from torch import Tensor
 
+from .._random import Randomness, as_generator
 from .base import Denoiser, VocabInfo
 
 
@@ -48,11 +49,23 @@ class PairwiseMRFDenoiser(Denoiser):
 
     @property
     def num_sites(self) -> int:
+        """Number of sites of the model (its sequences have this length)."""
         return int(self.fields.shape[0])
 
     @classmethod
     def ising_chain(cls, n: int, coupling: float, field: float = 0.0) -> PairwiseMRFDenoiser:
-        """Spins ``s = 2x - 1`` on a path: ``-E = field * sum_i s_i + coupling * sum_i s_i s_{i+1}``."""
+        """Spins ``s = 2x - 1`` on a path: ``-E = field * sum_i s_i + coupling * sum_i s_i s_{i+1}``.
+
+        Examples:
+            An inner spin with both neighbours up is up with probability ``sigmoid(4 J)`` (exact conditionals):
+
+            >>> import torch
+            >>> from mlm_dynamics import PairwiseMRFDenoiser
+            >>> ising = PairwiseMRFDenoiser.ising_chain(5, coupling=1.0)
+            >>> logits = ising.conditional_logits(torch.ones(1, 5, dtype=torch.long), torch.tensor([[2]]))
+            >>> round(float(logits.softmax(-1)[0, 0, 1]), 6), round(float(torch.sigmoid(torch.tensor(4.0))), 6)
+            (0.982014, 0.982014)
+        """
         spins = torch.tensor([-1.0, 1.0], dtype=torch.float64)
         pair = coupling * torch.outer(spins, spins)
         return cls._chain(n, field * spins, pair)
@@ -76,9 +89,10 @@ class PairwiseMRFDenoiser(Denoiser):
 
     @classmethod
     def random(cls, n: int, states: int, *, scale: float = 1.0, compatible: bool = True,
-               seed: int = 0) -> PairwiseMRFDenoiser:
-        """Gaussian fields and couplings of standard deviation ``scale``; asymmetric when ``compatible=False``."""
-        generator = torch.Generator().manual_seed(seed)
+               generator: Randomness = 0) -> PairwiseMRFDenoiser:
+        """Gaussian fields and couplings of standard deviation ``scale``, drawn from ``generator`` (a
+        ``torch.Generator``, or an int seed for one); asymmetric when ``compatible=False``."""
+        generator = as_generator(generator)
         fields = scale * torch.randn(n, states, generator=generator, dtype=torch.float64)
         couplings = scale * torch.randn(n, n, states, states, generator=generator, dtype=torch.float64)
         if compatible:
@@ -135,3 +149,6 @@ def enumerate_states(n: int, states: int, device: torch.device | str | None = No
     """All ``states^n`` sequences ``[states^n, n]`` in lexicographic order (site 0 most significant)."""
     grids = torch.cartesian_prod(*[torch.arange(states, device=device)] * n)
     return grids.reshape(-1, n) if n > 1 else grids[:, None]
+
+
+__all__ = ["PairwiseMRFDenoiser", "enumerate_states"]

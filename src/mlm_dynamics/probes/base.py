@@ -44,6 +44,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from .._random import as_generator
 from ..models.base import Denoiser
 from .isolation import isolated, parameter_checksum
 from .starts import BatchRows, StartStates, TokenRows, batch_rows, load_tokens, pad_rows, placeholder_rows, start_states
@@ -64,12 +65,6 @@ class MetricKey:
     when: str = ""
 
 
-def derive_seed(generator: torch.Generator) -> int:
-    """A seed for a sampler's own generator, drawn from ``generator`` (the one place probes turn a stream into a
-    seed)."""
-    return int(torch.randint(2**62, (1,), generator=generator))
-
-
 class Probe(abc.ABC):
     """One diagnostic measured on a denoiser from start states; stateful probes keep their state in
     :meth:`state_dict`."""
@@ -88,9 +83,11 @@ class Probe(abc.ABC):
         """The diagnostic's scalars (names without group or stage), drawing only from ``generator``."""
 
     def state_dict(self) -> dict[str, Any]:
+        """The probe's own state (empty for stateless probes), saved with the schedule's."""
         return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
         del state
 
 
@@ -110,6 +107,30 @@ class ScheduledProbe:
         prefix: prepended to every metric name.
         weights: ``weights(module)`` returns a context manager under which to measure (e.g. EMA weights); it must
             leave the parameters as it found them.
+
+    Examples:
+        In any training loop: hand it each batch, ask whether the step is due, run it (isolated: the model's modes,
+        the global random state and grad mode are as they were afterwards):
+
+        >>> import torch
+        >>> from mlm_dynamics import ScheduledProbe
+        >>> from mlm_dynamics.probes import MeetingTimeProbe
+        >>> from mlm_dynamics.training.masked_lm import tiny_bert_denoiser
+        >>> denoiser = tiny_bert_denoiser(generator=0)             # MaskedLMDenoiser(your_model, tokenizer=...)
+        >>> batch = torch.randint(5, 24, (4, 10), generator=torch.Generator().manual_seed(0))
+        >>> batch[:, 0], batch[:, -1] = 1, 2                       # [CLS] ... [SEP]
+        >>> scheduled = ScheduledProbe(MeetingTimeProbe(max_steps=50), every_n_steps=2)
+        >>> scheduled.prepare(denoiser.model, denoiser)             # checks before the first run
+        >>> state = torch.random.get_rng_state()
+        >>> for step in range(1, 5):                                # ... your optimizer steps ...
+        ...     scheduled.capture(batch)
+        ...     if scheduled.due(step):
+        ...         metrics = scheduled.run(denoiser.model, denoiser, stage="train")
+        >>> sorted(metrics)
+        ['mixing/train/budget', 'mixing/train/censored_fraction', 'mixing/train/meeting_time_median', \
+'mixing/train/meeting_time_q90', 'mixing/train/num_pairs']
+        >>> torch.equal(torch.random.get_rng_state(), state), denoiser.model.training
+        (True, True)
     """
 
     def __init__(self, probe: Probe, *, every_n_steps: int | None = None, at_validation: bool = True,
@@ -134,7 +155,7 @@ class ScheduledProbe:
         self.start_tokens = load_tokens(start_tokens)
         self.batch_to_tokens, self.num_starts = batch_to_tokens, num_starts
         self.budget_seconds, self.prefix, self.weights = budget_seconds, prefix, weights
-        self.generator = torch.Generator().manual_seed(seed)
+        self.generator = as_generator(seed)
         self.runs, self.seconds_used, self.last_step = 0, 0.0, -1
         self.latest: BatchRows | None = None
         self.last_metrics: dict[str, float] = {}
@@ -217,12 +238,14 @@ class ScheduledProbe:
 
     # -- state ---------------------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
+        """Schedule, runs so far, seconds used, the random stream and the probe's state."""
         return {"runs": self.runs, "seconds_used": self.seconds_used, "last_step": self.last_step,
                 "rng": self.generator.get_state(), "last_metrics": dict(self.last_metrics),
                 "latest": None if self.latest is None else self.latest.state_dict(),
                 "probe": self.probe.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned; the next run draws what it would have drawn."""
         self.runs, self.seconds_used = int(state["runs"]), float(state["seconds_used"])
         self.last_step = int(state.get("last_step", -1))
         self.generator.set_state(state["rng"])
@@ -245,4 +268,4 @@ def _max_over_ranks(seconds: float) -> float:
     return float(value)
 
 
-__all__ = ["STAGES", "MetricKey", "Probe", "ScheduledProbe", "derive_seed"]
+__all__ = ["STAGES", "MetricKey", "Probe", "ScheduledProbe"]

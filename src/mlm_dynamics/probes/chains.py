@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from .._random import as_generator
 from ..embedders.base import (
     Embedder,
     EmbedderBase,
@@ -25,7 +26,7 @@ from ..sampling.glauber import ChainState, GlauberSampler
 from ..tracking.drift import check_drift_options
 from ..tracking.monitor import ChainMonitor
 from ..tracking.traps import TopicAttraction, TrapTracker, load_topics
-from .base import MetricKey, Probe, derive_seed
+from .base import MetricKey, Probe
 from .starts import StartStates
 
 Anchors = dict[str, Tensor] | dict[str, list[str]] | dict[str, list[list[float]]]
@@ -82,6 +83,7 @@ class DriftProbe(Probe):
         self._pending: dict[str, Any] | None = None
 
     def bind(self, denoiser: Denoiser, sample: StartStates) -> None:
+        """Check the embedder and the topic anchors against ``denoiser`` and a sample of starts, before any run."""
         embedder = self.embedder if self.embedder is not None else HiddenStateEmbedder()
         if isinstance(embedder, EmbedderBase):
             try:
@@ -103,6 +105,7 @@ class DriftProbe(Probe):
         del dimension
 
     def build_monitor(self, denoiser: Denoiser, embedder: Embedder) -> ChainMonitor:
+        """The :class:`ChainMonitor` that watches the long-run chains (drift, traps, topics)."""
         return ChainMonitor(embedder, every=self.every, thresholds=self.thresholds, temperature=self.temperature,
                             prefix="")
 
@@ -119,12 +122,13 @@ class DriftProbe(Probe):
                 self.monitor.load_state_dict(self._pending["monitor"])
                 self._pending = None
             else:
-                self.chain_state = sampler.init_state(starts.tokens, seed=derive_seed(generator), sites=starts.sites,
-                                                      num_sites=starts.counts)
+                self.chain_state = sampler.init_state(starts.tokens, generator=as_generator(generator, "chains"),
+                                                      sites=starts.sites, site_counts=starts.counts)
                 self.monitor.start(self.chain_state)
         return self.chain_state, self.monitor
 
     def measure(self, denoiser: Denoiser, starts: StartStates, generator: torch.Generator) -> dict[str, float]:
+        """Advance the long-run chains by ``steps`` and return the monitor's scalars."""
         sampler = GlauberSampler(denoiser, self.temperature)
         state, monitor = self._started(denoiser, sampler, starts, generator)
         metrics: dict[str, float] = {}
@@ -135,11 +139,13 @@ class DriftProbe(Probe):
         return metrics
 
     def state_dict(self) -> dict[str, Any]:
+        """The chains, their stream and the monitor's state."""
         if self.monitor is None or self.chain_state is None:
             return {"chains": None, "monitor": None} if self._pending is None else dict(self._pending)
         return {"chains": self.chain_state.state_dict(), "monitor": self.monitor.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
         self.monitor, self.chain_state = None, None
         self._pending = state if state.get("chains") is not None else None
 
@@ -210,6 +216,7 @@ class TrapProbe(DriftProbe):
             self._anchors[name] = anchor
 
     def build_monitor(self, denoiser: Denoiser, embedder: Embedder) -> ChainMonitor:
+        """A :class:`ChainMonitor` with trap detection (radius, dwell, basins) and optional topic attraction."""
         topics = None if self._anchors is None else TopicAttraction(self._anchors, threshold=self.topic_threshold)
         return ChainMonitor(embedder, every=self.every, thresholds=self.thresholds, traps=self.new_tracker(),
                             topics=topics, margin_denoiser=denoiser if self.with_margins else None,

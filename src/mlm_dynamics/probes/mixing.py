@@ -6,15 +6,16 @@ from collections.abc import Sequence
 
 import torch
 
+from .._random import as_generator
 from ..diagnostics.influence import InfluenceEstimate, check_temperatures, estimate_influence
-from ..diagnostics.meeting import MeetingTimes
+from ..diagnostics.meeting import MeetingTimes, lagged_meeting_times, meeting_times_of
 from ..diagnostics.rectangle import RectangleReport, check_rectangle_options, sample_rectangles
 from ..metrics.aggregates import MeetingTimeMetric, RectanglePrevalence
 from ..models.base import Denoiser
 from ..sampling.categorical import check_temperature
-from ..sampling.coupling import CoupledGlauberChains, lagged_meeting_times, randomize_sites
+from ..sampling.coupling import CoupledGlauberChains, randomize_sites
 from ..sampling.glauber import GlauberSampler
-from .base import MetricKey, Probe, derive_seed
+from .base import MetricKey, Probe
 from .starts import StartStates
 
 _MEETING_KEYS = (
@@ -63,20 +64,22 @@ class MeetingTimeProbe(Probe):
         self.latest: MeetingTimes | None = None
 
     def measure(self, denoiser: Denoiser, starts: StartStates, generator: torch.Generator) -> dict[str, float]:
+        """Run coupled pairs from the starts against independent fillings; meeting-time summary (and lagged bounds)."""
         sampler = GlauberSampler(denoiser, self.temperature)
         chains = CoupledGlauberChains(sampler)
         tokens, sites, counts = starts.tokens, starts.sites, starts.counts
-        y0 = randomize_sites(denoiser, tokens, sites, generator, num_sites=counts)
-        state = chains.init_state(tokens, y0, seed=derive_seed(generator), sites=sites, num_sites=counts)
-        self.latest = chains.run(state, self.max_steps)
+        y0 = randomize_sites(denoiser, tokens, sites, generator, site_counts=counts)
+        state = chains.init_state(tokens, y0, generator=as_generator(generator, "pairs"), sites=sites,
+                                  site_counts=counts)
+        self.latest = meeting_times_of(chains.run(state, self.max_steps))
         self.meeting.to(tokens.device).reset()  # states on the model's device, so DDP can gather them
         self.meeting.update(self.latest)
         metrics = dict(self.meeting.compute())
         if self.lagged is not None and self.lag is not None:
-            x0 = randomize_sites(denoiser, tokens, sites, generator, num_sites=counts)
-            y0 = randomize_sites(denoiser, tokens, sites, generator, num_sites=counts)
+            x0 = randomize_sites(denoiser, tokens, sites, generator, site_counts=counts)
+            y0 = randomize_sites(denoiser, tokens, sites, generator, site_counts=counts)
             lagged = lagged_meeting_times(sampler, x0, y0, lag=self.lag, max_steps=self.max_steps,
-                                          seed=derive_seed(generator), sites=sites, num_sites=counts)
+                                          generator=as_generator(generator, "lagged"), sites=sites, site_counts=counts)
             self.lagged.to(tokens.device).reset()
             self.lagged.update(lagged)
             metrics.update({f"lagged/{k}": v for k, v in self.lagged.compute().items()})
@@ -108,9 +111,10 @@ class RectangleProbe(Probe):
         self.latest: RectangleReport | None = None
 
     def measure(self, denoiser: Denoiser, starts: StartStates, generator: torch.Generator) -> dict[str, float]:
+        """Sample rectangles around the starts; their summary."""
         self.latest = sample_rectangles(denoiser, starts.tokens, pairs_per_context=self.pairs_per_context,
                                         num_tokens=self.num_tokens, max_distance=self.max_distance,
-                                        temperature=self.temperature, sites=starts.sites, num_sites=starts.counts,
+                                        temperature=self.temperature, sites=starts.sites, site_counts=starts.counts,
                                         generator=generator)
         self.prevalence.to(starts.tokens.device).reset()
         self.prevalence.update(self.latest)
@@ -148,6 +152,7 @@ class DobrushinProbe(Probe):
         self.latest: InfluenceEstimate | None = None
 
     def measure(self, denoiser: Denoiser, starts: StartStates, generator: torch.Generator) -> dict[str, float]:
+        """Estimate influences at each temperature; the Dobrushin estimates."""
         self.latest = estimate_influence(denoiser, starts.tokens, temperatures=self.temperatures,
                                          sites=shared_sites(starts)[: self.max_sites],
                                          replacements=self.replacements, generator=generator)

@@ -47,6 +47,7 @@ class StartStates:
     counts: Tensor
 
     def to(self, device: torch.device) -> StartStates:
+        """The same starts on ``device``."""
         return StartStates(self.tokens.to(device), self.sites.to(device), self.counts.to(device))
 
 
@@ -59,6 +60,7 @@ class BatchRows:
     labels: Tensor | None = None
 
     def state_dict(self) -> dict[str, Tensor | None]:
+        """Tokens and per-row sites, for checkpoints."""
         return {"input_ids": self.input_ids, "attention_mask": self.attention_mask, "labels": self.labels}
 
 

@@ -1,7 +1,9 @@
-"""Serialising results: JSON and CSV writers, the ``run`` job's report and printed summary."""
+"""Figures, HTML reports and writers of the jobs' results.
 
-from .run_report import run_report, run_summary, write_run_report
-from .writers import finite, jsonable, write_csv, write_json, write_text
+Import what you need from the modules (the package imports none, so the callbacks can draw figures without loading
+the jobs): :mod:`.figures` (figures of diagnostics results), :mod:`.sweep_figures`, :mod:`.html` (the report
+page), :mod:`.writers` (atomic JSON/CSV/text), and one module per job: :mod:`.run_report`, :mod:`.sweep_report`,
+:mod:`.semantics_report`, :mod:`.rectangle_report`.
+"""
 
-__all__ = ["finite", "jsonable", "run_report", "run_summary", "write_csv", "write_json", "write_run_report",
-           "write_text"]
+__all__: list[str] = []

@@ -101,6 +101,7 @@ def landscape_by_temperature(embeddings: Tensor, basins: Tensor, temperatures: S
 
 
 def colors(count: int) -> list[tuple[float, float, float, float]]:
+    """``count`` distinguishable colours (viridis), one per temperature or basin."""
     from matplotlib import colormaps
 
     cmap = colormaps[COLORMAP]
@@ -197,3 +198,8 @@ def dwell_distribution(dwell: Mapping[float, Sequence[float]]) -> Figure:
     axes.set_title("Trap dwell times")
     axes.legend(fontsize=8)
     return figure
+
+
+__all__ = ["COLORMAP", "colors", "dobrushin_curve", "drift_over_time", "dwell_distribution", "ladder_survival",
+           "landscape_by_temperature", "margin_distribution", "new_figure", "pca_landscape", "rectangle_histogram",
+           "survival_steps", "topic_fractions_over_time"]

@@ -14,6 +14,8 @@ from .writers import jsonable, write_csv, write_json, write_text
 
 
 def write_rectangle_table(config: RectangleTableConfig, rows: list[TableRow], out_dir: Path) -> dict[str, Any]:
+    """Write ``table.csv``, ``report.json`` and ``report.html`` of the rectangle table into ``out_dir``; return the
+    report."""
     table = [row.summary() for row in rows]
     report: dict[str, Any] = {"config": to_dict(config), "rectangles": table}
     write_csv(out_dir / "table.csv", jsonable(table), list(table[0]))
@@ -34,6 +36,7 @@ def write_rectangle_table(config: RectangleTableConfig, rows: list[TableRow], ou
 
 
 def rectangle_table_summary(rows: list[TableRow]) -> str:
+    """The table as printed text, one line per model."""
     lines = []
     for row in rows:
         summary = row.summary()
@@ -41,3 +44,6 @@ def rectangle_table_summary(rows: list[TableRow]) -> str:
                      f"median |R| {summary['abs_r_median']:.3g}, q90 {summary['abs_r_q90']:.3g} nats "
                      f"(near {summary['near_prevalence']:.3f}, far {summary['far_prevalence']:.3f})")
     return "\n".join(lines)
+
+
+__all__ = ["rectangle_table_summary", "write_rectangle_table"]

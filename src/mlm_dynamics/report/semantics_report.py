@@ -26,6 +26,7 @@ def semantics_report(result: CaseStudyResult) -> dict[str, Any]:
 
 
 def semantics_figures(result: CaseStudyResult) -> dict[str, Figure]:
+    """The case study's figures by name: landscape, drift and topic fractions over time, dwell times."""
     now = result.steps[-1]
     dwell = {tau: [float(e.dwell(now)) for e in result.events if result.temperatures[e.chain] == tau]
              for tau in sorted(set(result.temperatures))}
@@ -41,6 +42,7 @@ CAPTIONS = {"landscape": "PCA of the sentence embeddings of every chain state; c
 
 
 def write_semantics_report(result: CaseStudyResult, out_dir: Path) -> dict[str, Any]:
+    """Write ``report.json``, the figures and ``report.html`` of the case study into ``out_dir``; return the report."""
     report = semantics_report(result)
     drawn = semantics_figures(result)
     write_figures(out_dir, drawn)
@@ -60,6 +62,7 @@ def write_semantics_report(result: CaseStudyResult, out_dir: Path) -> dict[str, 
 
 
 def semantics_summary(result: CaseStudyResult) -> str:
+    """The case study's findings as printed text."""
     lines = [f"{len(result.temperatures)} chains x {result.steps[-1]} steps; encoder scale {result.scale:.3f}; "
              "base rates " + ", ".join(f"{t} {r:.3f}" for t, r in result.base_rates.items())]
     for row in result.by_temperature():
@@ -69,3 +72,6 @@ def semantics_summary(result: CaseStudyResult) -> str:
                      f"traps in {row['num_basins']:.0f} basins, trapped {row['trapped_fraction']:.0%}; "
                      f"attraction {attraction}")
     return "\n".join(lines)
+
+
+__all__ = ["CAPTIONS", "semantics_figures", "semantics_report", "semantics_summary", "write_semantics_report"]

@@ -138,3 +138,6 @@ def sweep_summary(result: SweepResult) -> str:
         lines.append(f"claim {claim.name}: {claim.verdict}")
     lines += [f"note: {text}" for text in result.claims.contradictions]
     return "\n".join(lines)
+
+
+__all__ = ["CELL_COLUMNS", "sweep_figures_of", "sweep_report", "sweep_summary", "write_sweep_report"]

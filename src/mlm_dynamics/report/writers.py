@@ -35,12 +35,17 @@ def write_text(path: Path, text: str) -> None:
 
 
 def write_json(path: Path, data: Any) -> None:
+    """Write ``data`` as JSON (non-finite numbers as ``null``), atomically."""
     write_text(path, json.dumps(jsonable(data), indent=2) + "\n")
 
 
 def write_csv(path: Path, rows: Sequence[Mapping[str, Any]], fieldnames: Sequence[str]) -> None:
+    """Write ``rows`` as CSV with the columns ``fieldnames``, atomically."""
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=list(fieldnames), lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
     write_text(path, buffer.getvalue())
+
+
+__all__ = ["finite", "jsonable", "write_csv", "write_json", "write_text"]

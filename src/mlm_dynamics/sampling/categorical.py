@@ -144,3 +144,7 @@ def tempered_log_probs(logits: Tensor, allowed: Tensor, temperature: float | Ten
         drop_sorted = probs.cumsum(-1) - probs >= top_p  # keep the smallest prefix with mass >= top_p
         scores = scores.masked_fill(drop_sorted.scatter(-1, order, drop_sorted), -math.inf)
     return scores.log_softmax(-1)
+
+
+__all__ = ["as_temperature", "check_temperature", "check_truncation", "inverse_cdf", "inverse_cdf_law",
+           "sample_categorical", "tempered_log_probs"]

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .._random import Randomness, as_generator
 from ..models.base import Denoiser
 from .glauber import GlauberSampler
 
@@ -24,16 +25,17 @@ class GlauberCorrector:
         denoiser: the model (the diffusion denoiser itself, through :class:`~mlm_dynamics.FullSequenceDenoiser`).
         temperature: tau of the corrector's conditionals.
         steps: single-site updates per row and call.
-        seed: seed of the corrector's random stream (one stream across calls).
+        generator: the corrector's random stream, one across calls (a ``torch.Generator``, or an int seed for one).
         sampler_options: further :class:`GlauberSampler` options (``top_k``, ``top_p``, ``scan``).
     """
 
-    def __init__(self, denoiser: Denoiser, *, temperature: float = 1.0, steps: int = 1, seed: int = 0,
+    def __init__(self, denoiser: Denoiser, *, temperature: float = 1.0, steps: int = 1, generator: Randomness = 0,
                  **sampler_options: Any) -> None:
         if steps < 1:
             raise ValueError(f"steps must be >= 1, got {steps}")
         self.sampler = GlauberSampler(denoiser, temperature, **sampler_options)
-        self.steps, self.seed, self.calls, self.changes = steps, seed, 0, 0
+        self.steps, self.calls, self.changes = steps, 0, 0
+        self.generator = as_generator(generator)
 
     @torch.no_grad()
     def __call__(self, tokens: Tensor, masked: Tensor | None = None) -> Tensor:
@@ -48,10 +50,13 @@ class GlauberCorrector:
             return out
         chosen = tokens[rows]
         sites, counts = denoiser.padded_sites(chosen, free[rows])
-        state = self.sampler.init_state(chosen, seed=self.seed * 1_000_003 + self.calls, sites=sites,
-                                        num_sites=counts)
+        state = self.sampler.init_state(chosen, generator=self.generator, sites=sites,
+                                        site_counts=counts)
         for record in self.sampler.run(state, self.steps):
             self.changes += int((record.new_tokens != record.old_tokens).sum())
         self.calls += 1
         out[rows] = state.tokens
         return out
+
+
+__all__ = ["GlauberCorrector"]

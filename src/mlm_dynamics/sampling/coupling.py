@@ -6,7 +6,8 @@ with probability ``s`` both take one draw ``z ~ m / s``; otherwise ``x ~ (p - m)
 ``P(x = y) = 1 - TV(p, q)``, the largest possible.
 
 Coupled chains share the site choice and draw each resampled token through this coupling, so two chains that meet
-stay together. By the coupling inequality ``TV(P^t(x0, .), P^t(y0, .)) <= P(T_meet > t)``.
+stay together. By the coupling inequality ``TV(P^t(x0, .), P^t(y0, .)) <= P(T_meet > t)``; the meeting times and
+their bounds are made of the chains' meeting steps in :mod:`mlm_dynamics.diagnostics.meeting`.
 
 L-lag coupling (Biswas, Jacob & Vanetti 2019): run ``X`` alone for ``L`` steps, then couple ``(X_{t}, Y_{t-L})``;
 with ``tau = inf{t >= L : X_t = Y_{t-L}}`` and ``X_0, Y_0 ~ mu_0``,
@@ -22,7 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..diagnostics.meeting import MeetingTimes
+from .._random import Randomness
 from ..models.base import Denoiser, require_integer
 from .categorical import inverse_cdf, sample_categorical
 from .glauber import ChainState, GlauberSampler, stream_sites
@@ -34,13 +35,17 @@ PAIR_SLOTS = 4  # uniforms per pair and step with per-pair streams: site, coupli
 def maximal_coupling(p: Tensor, q: Tensor, generator: torch.Generator) -> tuple[Tensor, Tensor]:
     """Draw ``(x, y)`` of shape ``[N]`` from the maximal coupling of the rows of ``p, q [N, V]``.
 
-    Rows must be probability vectors: finite, non-negative and summing to 1 within ``(8 + log2 V) eps`` of their
-    dtype, the sum taken in float64 whatever the dtype. Tolerance: the softmax that made a row leaves each entry
-    within a few ``eps`` of its exact value, relatively (exp, one division: a relative error below ``8 eps`` in all),
-    so the entries sum to 1 within ``8 eps``; summing ``V`` of them in the row's own dtype before normalising adds at
-    most ``log2 V`` roundings of ``eps`` (pairwise summation). A row off by more is not a probability vector: a
-    bfloat16 row summing to 2 is off by 1, far beyond ``(8 + 15) eps = 0.18`` even at V = 30,522 (the earlier
-    ``V eps`` let it through). Cost: ``O(N V)``; three uniforms of ``generator`` per row (:func:`coupled_draw`).
+    Rows must be probability vectors: finite, non-negative and summing to 1 within
+    ``(8 + 2 log2 V + 4 ln V) eps`` of their dtype, the sum taken in float64 whatever the dtype. Tolerance, for rows
+    made as ``exp(log_softmax(z))``: the normaliser ``log sum exp`` is off by at most ``(log2 V + 1 + ln V) eps``
+    (pairwise sum, then log); each ``x_i = z_i - m - log s`` is rounded relative to its own size, so ``p_i`` carries
+    a relative error of about ``(|z_i - m| + |x_i|) eps``, whose ``p``-weighted sum is at most ``3 ln V eps`` (the
+    entropy and ``E[m - z]`` are at most ``ln V``); the check's own sum adds ``log2 V`` roundings, and exp and
+    division a few more (the 8). Measured: float64 rows over V = 30,522 off by up to 38 eps (BERT-size
+    vocabulary at tau = 1), within the 79 eps allowed there. A row off by more is not a probability vector: a
+    bfloat16 row summing to 2 is off by 1, beyond the ``79 eps = 0.62`` allowed even at V = 30,522 (the earlier
+    ``V eps`` let it through). Cost: ``O(N V)``; three uniforms of ``generator`` per row
+    (:func:`coupled_draw`).
     """
     if p.shape != q.shape or p.dim() != 2:
         raise ValueError(f"p and q must be equal-shape [N, V] tensors, got {tuple(p.shape)} and {tuple(q.shape)}")
@@ -48,7 +53,8 @@ def maximal_coupling(p: Tensor, q: Tensor, generator: torch.Generator) -> tuple[
         if not rows.is_floating_point() or not torch.isfinite(rows).all() or (rows < 0).any():
             raise ValueError(f"{name} must hold finite, non-negative floating-point probabilities")
         error = (rows.double().sum(-1) - 1).abs().max() if rows.numel() else torch.zeros((), dtype=torch.float64)
-        if error > (8 + math.log2(rows.shape[1])) * torch.finfo(rows.dtype).eps:
+        size = max(rows.shape[1], 1)
+        if error > (8 + 2 * math.log2(size) + 4 * math.log(size)) * torch.finfo(rows.dtype).eps:
             raise ValueError(f"{name}: rows must sum to 1, one is off by {float(error):.3g} ({rows.dtype})")
     return coupled_draw(p, q, torch.rand(p.shape[0], 3, generator=generator, device=p.device, dtype=torch.float64))
 
@@ -69,10 +75,10 @@ def coupled_draw(p: Tensor, q: Tensor, u: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def randomize_sites(denoiser: Denoiser, tokens: Tensor, sites: Tensor, generator: torch.Generator | None, *,
-                    num_sites: Tensor | None = None, streams: Tensor | None = None) -> Tensor:
+                    site_counts: Tensor | None = None, streams: Tensor | None = None) -> Tensor:
     """``tokens [B, L]`` with every site ``sites [B, n]`` replaced by a uniformly random allowed token.
 
-    With ``num_sites [B]`` only each row's first ``num_sites[b]`` sites are replaced (the rest is padding). One draw
+    With ``site_counts [B]`` only each row's first ``site_counts[b]`` sites are replaced (the rest is padding). One draw
     per entry of ``sites`` either way, so the stream does not depend on the counts. The draws come from
     ``generator`` (any device), or with ``streams [B]`` from each row's own counter-based stream (step 0).
     A far-away start for a coupled partner chain.
@@ -86,10 +92,10 @@ def randomize_sites(denoiser: Denoiser, tokens: Tensor, sites: Tensor, generator
         draws = allowed[torch.randint(len(allowed), sites.shape, generator=generator, device=generator.device)]
     else:
         raise ValueError("randomize_sites: pass generator= or streams=")
-    if num_sites is None:
+    if site_counts is None:
         return tokens.scatter(1, sites, draws.to(tokens.device))
     length = tokens.shape[1]
-    valid = torch.arange(sites.shape[1], device=sites.device) < num_sites.to(sites.device)[:, None]
+    valid = torch.arange(sites.shape[1], device=sites.device) < site_counts.to(sites.device)[:, None]
     target = torch.where(valid, sites, length)  # padding writes into a dummy column
     widened = torch.cat([tokens, tokens[:, :1]], 1).scatter(1, target.to(tokens.device), draws.to(tokens.device))
     return widened[:, :length]
@@ -115,10 +121,12 @@ class CoupledState:
     rows: int = 0
 
     def state_dict(self) -> dict[str, Any]:
+        """Both chains' states and the meeting steps, for checkpoints."""
         return {"x": self.x.state_dict(), "y": self.y.clone(), "met_at": self.met_at.clone(), "rows": self.rows}
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any], device: torch.device | str | None = None) -> CoupledState:
+        """A state from :meth:`state_dict`, on ``device``."""
         x = ChainState.from_state_dict(state["x"], device)
         return cls(x=x, y=state["y"].to(x.tokens.device).clone(), met_at=state["met_at"].to(x.tokens.device).clone(),
                    rows=int(state.get("rows", 0)))
@@ -150,12 +158,12 @@ class CoupledGlauberChains:
             raise ValueError("sampler: greedy chains are deterministic; there is nothing to couple")
         self.sampler, self.freeze_met = sampler, freeze_met
 
-    def init_state(self, x0: Tensor, y0: Tensor, *, seed: int, sites: Tensor | None = None,
-                   num_sites: Tensor | None = None, streams: Tensor | None = None) -> CoupledState:
+    def init_state(self, x0: Tensor, y0: Tensor, generator: Randomness = 0, *, sites: Tensor | None = None,
+                   site_counts: Tensor | None = None, streams: Tensor | None = None) -> CoupledState:
         """Pairs ``(x0[p], y0[p])``; ``streams [P]`` gives each pair its own counter-based stream (see :meth:`step`)."""
         if x0.shape != y0.shape:
             raise ValueError(f"x0 and y0 must have equal shapes, got {tuple(x0.shape)} and {tuple(y0.shape)}")
-        x = self.sampler.init_state(x0, seed=seed, sites=sites, num_sites=num_sites, streams=streams)
+        x = self.sampler.init_state(x0, generator, sites=sites, site_counts=site_counts, streams=streams)
         require_integer("y0", y0)
         y = y0.to(x.tokens.device).long().clone()
         if sites is None and not torch.equal(self.sampler.denoiser.resampleable_sites(y), x.sites):
@@ -211,50 +219,40 @@ class CoupledGlauberChains:
         state.met_at[newly_met] = chains.step
         return (chains.tokens != state.y).sum(1)
 
-    def run(self, state: CoupledState, max_steps: int) -> MeetingTimes:
-        """Step until every pair has met or ``max_steps`` steps were taken; meeting times count from step 0."""
-        if not isinstance(max_steps, int) or max_steps < 0:
+    def run(self, state: CoupledState, max_steps: int) -> CoupledState:
+        """Step until every pair has met or ``max_steps`` steps were taken; ``state.met_at`` then holds each pair's
+        meeting step (-1: not met). :func:`mlm_dynamics.diagnostics.meeting.meeting_times_of` makes the censored
+        meeting times of it."""
+        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 0:
             raise ValueError(f"max_steps must be a non-negative integer, got {max_steps!r}")
         start = state.x.step
         while (state.met_at < 0).any() and state.x.step - start < max_steps:
             self.step(state)
-        censored = state.met_at < 0
-        times = torch.where(censored, state.x.step, state.met_at)
-        return MeetingTimes(times=times, censored=censored, max_steps=state.x.step)
+        return state
 
 
-def meeting_times(sampler: GlauberSampler, x0: Tensor, y0: Tensor, *, max_steps: int, seed: int,
-                  sites: Tensor | None = None, num_sites: Tensor | None = None, streams: Tensor | None = None,
-                  freeze_met: bool = True) -> MeetingTimes:
-    """Meeting times of maximally coupled pairs started at ``(x0[p], y0[p])``, censored at ``max_steps``.
+def lagged_coupling(sampler: GlauberSampler, x0: Tensor, y0: Tensor, *, lag: int, max_steps: int,
+                    generator: Randomness = 0, sites: Tensor | None = None, site_counts: Tensor | None = None,
+                    streams: Tensor | None = None, freeze_met: bool = True) -> CoupledState:
+    """The L-lag coupling: ``X`` from ``x0`` runs ``lag`` steps alone, then ``(X_{L+t}, Y_t)`` with ``Y_0 = y0`` are
+    maximally coupled for at most ``max_steps`` steps; ``met_at`` counts steps of the coupled phase.
 
-    Met pairs leave the forward batch (``freeze_met``): the times are the same as with them running on.
+    For sweep and sequential scans ``lag`` must be a multiple of every row's sweep length so that both chains visit
+    the same sites. With ``streams``, ``X`` runs alone on them and the coupled phase draws from ``mix(streams)``.
     """
-    chains = CoupledGlauberChains(sampler, freeze_met=freeze_met)
-    state = chains.init_state(x0, y0, seed=seed, sites=sites, num_sites=num_sites, streams=streams)
-    return chains.run(state, max_steps)
-
-
-def lagged_meeting_times(sampler: GlauberSampler, x0: Tensor, y0: Tensor, *, lag: int, max_steps: int, seed: int,
-                         sites: Tensor | None = None, num_sites: Tensor | None = None, streams: Tensor | None = None,
-                         freeze_met: bool = True) -> MeetingTimes:
-    """L-lag meeting times ``tau = L + inf{t : X_{L+t} = Y_t}`` with ``X_0 = x0``, ``Y_0 = y0`` (draws from ``mu_0``).
-
-    ``X`` runs ``lag`` steps alone, then the pair is coupled for at most ``max_steps`` steps. For sweep and sequential
-    scans ``lag`` must be a multiple of every row's sweep length so that both chains visit the same sites. With
-    ``streams``, ``X`` runs alone on them and the coupled phase draws from ``mix(streams)``, other keys.
-    """
-    if not isinstance(lag, int) or lag < 1:
+    if isinstance(lag, bool) or not isinstance(lag, int) or lag < 1:
         raise ValueError(f"lag must be an integer >= 1, got {lag!r}")
     chains = CoupledGlauberChains(sampler, freeze_met=freeze_met)
-    ahead = sampler.init_state(x0, seed=seed, sites=sites, num_sites=num_sites, streams=streams)
+    ahead = sampler.init_state(x0, generator, sites=sites, site_counts=site_counts, streams=streams)
     sweeps = sorted(set((ahead.site_counts // sampler.block_size).tolist()))
     if sampler.scan != "random" and any(lag % sweep for sweep in sweeps):
         raise ValueError(f"lag must be a multiple of the sweep lengths {sweeps} for scan={sampler.scan!r}")
     for _ in sampler.run(ahead, lag):
         pass
-    state = chains.init_state(ahead.tokens, y0, seed=seed, sites=ahead.sites, num_sites=ahead.counts,
+    state = chains.init_state(ahead.tokens, y0, ahead.generator, sites=ahead.sites, site_counts=ahead.counts,
                               streams=None if ahead.streams is None else mix(ahead.streams))
-    state.x.generator.set_state(ahead.generator.get_state())
-    result = chains.run(state, max_steps)
-    return MeetingTimes(times=result.times + lag, censored=result.censored, lag=lag, max_steps=result.max_steps)
+    return chains.run(state, max_steps)
+
+
+__all__ = ["PAIR_SLOTS", "CoupledGlauberChains", "CoupledState", "coupled_draw", "lagged_coupling", "maximal_coupling",
+           "randomize_sites", "resampled_mask"]

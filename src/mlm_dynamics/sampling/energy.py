@@ -27,6 +27,7 @@ class PseudoLogLikelihoodEnergy:
 
     @torch.no_grad()
     def __call__(self, tokens: Tensor) -> Tensor:
+        """Pseudo-log-likelihood energy ``[B]`` of ``tokens [B, L]`` over the sites (``B n`` forward rows)."""
         sites = self.denoiser.resampleable_sites(tokens) if self.sites is None else self.sites
         sites = sites.to(tokens.device).expand(tokens.shape[0], -1)
         batch, n = sites.shape
@@ -36,3 +37,6 @@ class PseudoLogLikelihoodEnergy:
         logits = self.denoiser.chunked_conditional_logits(rows, positions, self.chunk_size)[:, 0]
         log_p = logits.masked_fill(~allowed, -math.inf).log_softmax(-1)
         return -log_p.gather(1, rows.gather(1, positions)).view(batch, n).sum(1)
+
+
+__all__ = ["PseudoLogLikelihoodEnergy"]

@@ -14,7 +14,7 @@ For ``k = 1`` without correction this is the chain of the kernel
 ``P(x, y) = (1/n) sum_i 1[y_{-i} = x_{-i}] q_i(y_i | x_{-i})``.
 
 Rows may differ in temperature (a ``[B]`` tensor: a whole temperature ladder in one forward pass) and in their number
-of resampled sites (padded ``sites [B, n_max]`` with ``num_sites [B]``: row ``b`` uses its first ``num_sites[b]``
+of resampled sites (padded ``sites [B, n_max]`` with ``site_counts [B]``: row ``b`` uses its first ``site_counts[b]``
 sites), so cells of a (temperature x length) grid advance together; each row is exactly the chain of its own
 ``(tau_b, n_b)``.  For ``k > 1`` the proposal is the product of the
 block's marginal conditionals, which is not the block's joint conditional: without the MH correction the chain does
@@ -32,6 +32,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from .._random import Randomness, as_generator
 from ..models.base import Denoiser, require_integer
 from .categorical import as_temperature, check_truncation, inverse_cdf, sample_categorical, tempered_log_probs
 from .streams import uniforms
@@ -101,6 +102,7 @@ class ChainState:
         return torch.full((self.tokens.shape[0],), self.num_sites, dtype=torch.long, device=self.tokens.device)
 
     def state_dict(self) -> dict[str, Any]:
+        """Tokens, sites, step and random state, for checkpoints (a resumed chain continues bit for bit)."""
         return {"tokens": self.tokens.clone(), "sites": self.sites.clone(), "step": self.step,
                 "counts": None if self.counts is None else self.counts.clone(),
                 "streams": None if self.streams is None else self.streams.clone(),
@@ -110,6 +112,7 @@ class ChainState:
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any], device: torch.device | str | None = None) -> ChainState:
+        """A state from :meth:`state_dict`, on ``device``."""
         missing = sorted({"tokens", "sites", "step", "rng"} - set(state)) if isinstance(state, dict) else ["tokens"]
         if missing:
             raise ValueError(f"state: a chain state needs {missing} (saved by another version, or not a chain state)")
@@ -166,6 +169,24 @@ class GlauberSampler(nn.Module):
             positive probability; float32 cannot draw tokens below about ``6e-8`` (see
             :mod:`~mlm_dynamics.sampling.categorical`) and is kept for comparison.
         greedy: replace the draw by the arg-max (iterated conditional modes; the zero-temperature limit).
+
+    Examples:
+        Three chains on a 5-spin Ising chain, ten steps (one forward of three rows each):
+
+        >>> import torch
+        >>> from mlm_dynamics import GlauberSampler, PairwiseMRFDenoiser
+        >>> sampler = GlauberSampler(PairwiseMRFDenoiser.ising_chain(5, coupling=1.0), temperature=2.0)
+        >>> state = sampler.init_state(torch.zeros(3, 5, dtype=torch.long), generator=0)
+        >>> records = list(sampler.run(state, 10))
+        >>> state.step, tuple(state.tokens.shape), tuple(records[0].positions.shape)
+        (10, (3, 5), (3, 1))
+
+        The same seed gives the same chains (the state carries its own generator; the global RNG is untouched):
+
+        >>> again = sampler.init_state(torch.zeros(3, 5, dtype=torch.long), generator=0)
+        >>> _ = list(sampler.run(again, 10))
+        >>> torch.equal(again.tokens, state.tokens)
+        True
     """
 
     allowed: Tensor
@@ -208,15 +229,17 @@ class GlauberSampler(nn.Module):
         return tempered_log_probs(logits, self.allowed.to(logits.device), tau, top_k=self.top_k,
                                   top_p=self.top_p, dtype=self.sampling_dtype)
 
-    def init_state(self, tokens: Tensor, *, seed: int, sites: Tensor | None = None,
-                   num_sites: Tensor | None = None, streams: Tensor | None = None) -> ChainState:
+    def init_state(self, tokens: Tensor, generator: Randomness = 0, *, sites: Tensor | None = None,
+                   site_counts: Tensor | None = None, streams: Tensor | None = None) -> ChainState:
         """Start chains at ``tokens [B, L]``.
 
         ``sites [B, n_max]`` defaults to the non-frame positions; each row is sorted (sequential scans go left to
-        right). With ``num_sites [B]``, row ``b`` resamples only its first ``num_sites[b]`` sites (the rest is
+        right). With ``site_counts [B]``, row ``b`` resamples only its first ``site_counts[b]`` sites (the rest is
         padding: any positions); see :meth:`~mlm_dynamics.models.Denoiser.padded_sites`. With ``streams [B]``
         (int64 keys, random scan with ``block_size=1``), chain ``b`` draws from its own counter-based stream, so its
-        path does not depend on the other chains of the batch (``seed`` is then unused).
+        path does not depend on the other chains of the batch (``generator`` is then unused). ``generator``: the
+        chains' random stream, or an int seed for one (:func:`~mlm_dynamics._random.as_generator`); the
+        chains own it and advance it as they step.
         """
         require_integer("tokens", tokens)
         tokens = tokens.to(self.denoiser.device).long().clone()
@@ -224,9 +247,9 @@ class GlauberSampler(nn.Module):
             require_integer("sites", sites)
         sites = self.denoiser.resampleable_sites(tokens) if sites is None else sites.to(tokens.device).long()
         counts = None
-        if num_sites is not None:
-            require_integer("num_sites", num_sites)
-            counts = num_sites.to(tokens.device).long()
+        if site_counts is not None:
+            require_integer("site_counts", site_counts)
+            counts = site_counts.to(tokens.device).long()
         self._check_sites(tokens, sites, counts)
         if isinstance(self.temperature, Tensor) and len(self.temperature) != tokens.shape[0]:
             raise ValueError(f"temperature: {len(self.temperature)} per-chain temperatures for {tokens.shape[0]} "
@@ -241,9 +264,8 @@ class GlauberSampler(nn.Module):
             streams = check_streams(streams, tokens.shape[0]).to(tokens.device)
             if self.scan != "random" or self.block_size != 1:
                 raise ValueError("streams: per-chain streams drive the random scan with block_size=1 only")
-        generator = torch.Generator(device=tokens.device)
-        generator.manual_seed(seed)
-        state = ChainState(tokens=tokens, sites=sites, generator=generator, counts=counts, streams=streams)
+        state = ChainState(tokens=tokens, sites=sites, generator=as_generator(generator, device=tokens.device),
+                           counts=counts, streams=streams)
         if self.energy is not None:
             state.energy = self._energy(tokens)
         return state
@@ -257,7 +279,7 @@ class GlauberSampler(nn.Module):
         if counts is None:
             counts = torch.full((sites.shape[0],), n, dtype=torch.long, device=sites.device)
         elif counts.shape != (sites.shape[0],) or counts.min() < 1 or counts.max() > n:
-            raise ValueError(f"num_sites must be [B] counts in [1, {n}], got {counts.tolist()}")
+            raise ValueError(f"site_counts must be [B] counts in [1, {n}], got {counts.tolist()}")
         valid = torch.arange(n, device=sites.device) < counts[:, None]
         ordered = torch.where(valid, sites, -1 - torch.arange(n, device=sites.device)).sort(1).values
         if ((ordered.diff(dim=1) == 0) & (ordered[:, 1:] >= 0)).any():
@@ -356,4 +378,9 @@ class GlauberSampler(nn.Module):
             yield self.step(state)
 
     def forward(self, state: ChainState) -> StepRecord:
+        """One step: ``step(state)`` as a module call."""
         return self.step(state)
+
+
+__all__ = ["SCAN_ORDERS", "STEP_SLOTS", "ChainState", "GlauberSampler", "ScanOrder", "StepRecord", "check_streams",
+           "stream_sites"]

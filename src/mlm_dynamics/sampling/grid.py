@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from ..models.base import Denoiser
-from .coupling import CoupledGlauberChains, CoupledState, lagged_meeting_times, randomize_sites
+from .coupling import CoupledGlauberChains, CoupledState, lagged_coupling, randomize_sites
 from .glauber import ChainState, GlauberSampler
 from .streams import stream_key
 
@@ -40,10 +40,12 @@ class GridCell:
 
     @property
     def num_sites(self) -> int:
+        """Number of resampled sites of this cell."""
         return len(self.sites)
 
     @property
     def key(self) -> tuple[float, int]:
+        """``(temperature, num_sites)``."""
         return self.temperature, self.num_sites
 
 
@@ -98,6 +100,7 @@ class PairGrid:
     kind: Tensor
 
     def active(self) -> bool:
+        """Whether some pair of the grid is still running."""
         return bool((self.state.met_at < 0).any())
 
     def step(self) -> None:
@@ -120,15 +123,15 @@ def pair_grid(denoiser: Denoiser, natural: Tensor, cells: Sequence[GridCell], *,
     device = natural.device
     base = natural.expand(len(layout.cell), -1)
     sites, counts = layout.sites.to(device), layout.counts.to(device)
-    first = randomize_sites(denoiser, base, sites, None, num_sites=counts,
+    first = randomize_sites(denoiser, base, sites, None, site_counts=counts,
                             streams=layout.streams(seed, "fill-x", cells).to(device))
-    second = randomize_sites(denoiser, base, sites, None, num_sites=counts,
+    second = randomize_sites(denoiser, base, sites, None, site_counts=counts,
                              streams=layout.streams(seed, "fill-y", cells).to(device))
     kind = torch.tensor([START_KINDS.index(starts[int(k) % len(starts)]) for k in layout.index])
     natural_rows = (kind == 0).to(device)[:, None]
     x0, y0 = torch.where(natural_rows, base, first), torch.where(natural_rows, first, second)
     chains = CoupledGlauberChains(GlauberSampler(denoiser, layout.temperature), freeze_met=True)
-    state = chains.init_state(x0, y0, seed=seed, sites=sites, num_sites=counts,
+    state = chains.init_state(x0, y0, generator=seed, sites=sites, site_counts=counts,
                               streams=layout.streams(seed, "pair", cells).to(device))
     return PairGrid(chains=chains, state=state, layout=layout, kind=kind)
 
@@ -138,27 +141,27 @@ def chain_grid(denoiser: Denoiser, natural: Tensor, cells: Sequence[GridCell], *
     """``chains`` Glauber chains per cell from ``natural [1, L]``, each on its own stream."""
     layout = row_layout(cells, chains)
     sampler = GlauberSampler(denoiser, layout.temperature)
-    state = sampler.init_state(natural.expand(len(layout.cell), -1), seed=seed,
-                               sites=layout.sites.to(natural.device), num_sites=layout.counts.to(natural.device),
+    state = sampler.init_state(natural.expand(len(layout.cell), -1), generator=seed,
+                               sites=layout.sites.to(natural.device), site_counts=layout.counts.to(natural.device),
                                streams=layout.streams(seed, "chain", cells).to(natural.device))
     return sampler, state, layout
 
 
 def lagged_grid(denoiser: Denoiser, natural: Tensor, cells: Sequence[GridCell], *, pairs: int, lag: int,
-                max_steps: int, seed: int = 0) -> tuple[Tensor, Tensor, RowLayout]:
-    """L-lag meeting times ``(times, censored)`` of ``pairs`` pairs per cell, both chains from independent uniform
-    fillings of the cell's sites (``mu_0``), each pair on its own streams."""
+                max_steps: int, seed: int = 0) -> tuple[CoupledState, RowLayout]:
+    """The L-lag coupling of ``pairs`` pairs per cell, both chains from independent uniform fillings of the cell's
+    sites (``mu_0``), each pair on its own streams, and the rows' layout
+    (:func:`~mlm_dynamics.diagnostics.meeting.meeting_times_of` makes the lagged meeting times)."""
     layout = row_layout(cells, pairs)
     device = natural.device
     base = natural.expand(len(layout.cell), -1)
     sites, counts = layout.sites.to(device), layout.counts.to(device)
-    x0, y0 = (randomize_sites(denoiser, base, sites, None, num_sites=counts,
+    x0, y0 = (randomize_sites(denoiser, base, sites, None, site_counts=counts,
                               streams=layout.streams(seed, role, cells).to(device))
               for role in ("lag-fill-x", "lag-fill-y"))
-    result = lagged_meeting_times(GlauberSampler(denoiser, layout.temperature), x0, y0, lag=lag,
-                                  max_steps=max_steps, seed=seed, sites=sites, num_sites=counts,
-                                  streams=layout.streams(seed, "lag", cells).to(device))
-    return result.times.cpu(), result.censored.cpu(), layout
+    state = lagged_coupling(GlauberSampler(denoiser, layout.temperature), x0, y0, lag=lag, max_steps=max_steps,
+                            sites=sites, site_counts=counts, streams=layout.streams(seed, "lag", cells).to(device))
+    return state, layout
 
 
 def fill_streams(seed: int, cells: Sequence[GridCell], layout: RowLayout, samples: int) -> list[Tensor]:

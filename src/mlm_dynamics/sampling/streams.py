@@ -18,27 +18,10 @@ pure-Python reference the tests compare against. Cost: a handful of integer oper
 
 from __future__ import annotations
 
-import struct
-
 import torch
 from torch import Tensor
 
-_MASK = (1 << 64) - 1
-_GOLDEN, _M1, _M2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
-
-
-def _signed(value: int) -> int:
-    """``value mod 2^64`` as the int64 with the same bits."""
-    value &= _MASK
-    return value - (1 << 64) if value >> 63 else value
-
-
-def mix_int(x: int) -> int:
-    """SplitMix64 finaliser on Python integers (the reference)."""
-    z = (x + _GOLDEN) & _MASK
-    z = ((z ^ (z >> 30)) * _M1) & _MASK
-    z = ((z ^ (z >> 27)) * _M2) & _MASK
-    return z ^ (z >> 31)
+from .._random import _GOLDEN, _M1, _M2, _signed, mix_int, stream_key
 
 
 def _logical_shift(x: Tensor, bits: int) -> Tensor:
@@ -51,15 +34,6 @@ def mix(x: Tensor) -> Tensor:
     z = (z ^ _logical_shift(z, 30)) * _signed(_M1)
     z = (z ^ _logical_shift(z, 27)) * _signed(_M2)
     return z ^ _logical_shift(z, 31)
-
-
-def stream_key(seed: int, *parts: int | float) -> int:
-    """The int64 key of the stream identified by ``seed`` and ``parts`` (integers, or floats by their bits)."""
-    key = mix_int(seed & _MASK)
-    for part in parts:
-        bits = struct.unpack("<q", struct.pack("<d", part))[0] if isinstance(part, float) else part
-        key = mix_int(key ^ (bits & _MASK))
-    return _signed(key)
 
 
 def uniforms(keys: Tensor, step: int, slots: int) -> Tensor:

@@ -14,10 +14,11 @@ each chain (even pairs and odd pairs in turn) propose to exchange their states, 
   low-energy (high-PLL) states towards low temperature as exact tempering would, but preserves no known law; its
   effect is to be measured (``benchmarks/bench_tempering.py``), not assumed.
 
-Ladder tools: per adjacent pair the swap acceptance; walker round trips (a walker is a state followed through its
-swaps; a round trip is a trip from the lowest temperature to the highest and back); an adaptive ladder that, during
-the first ``adapt_steps`` steps only, moves the inner temperatures to equalise the acceptance of adjacent pairs
-(the law is exact only once the ladder is frozen). The ensemble checkpoints through ``state_dict``.
+Ladder statistics (summarised by :func:`mlm_dynamics.diagnostics.tempering.tempering_summary`): per adjacent pair
+the swap acceptance; walker round trips (a walker is a state followed through its swaps; a round trip is a trip from
+the lowest temperature to the highest and back); an adaptive ladder that, during the first ``adapt_steps`` steps
+only, moves the inner temperatures to equalise the acceptance of adjacent pairs (the law is exact only once the
+ladder is frozen). The ensemble checkpoints through ``state_dict``.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..diagnostics.quantiles import quantile_summary
+from .._random import Randomness
 from ..models.base import Denoiser
 from .energy import PseudoLogLikelihoodEnergy
 from .glauber import ChainState, GlauberSampler
@@ -57,6 +58,7 @@ class TemperingState:
         return torch.where(self.attempts > 0, self.accepts / self.attempts.clamp_min(1), math.nan)
 
     def state_dict(self) -> dict[str, Any]:
+        """Replicas, ladder (as adapted), swap and round-trip counters, for checkpoints."""
         return {"chains": self.chains.state_dict(), "walkers": self.walkers.clone(),
                 "last_extreme": self.last_extreme.clone(), "trip_started": self.trip_started.clone(),
                 "attempts": self.attempts.clone(), "accepts": self.accepts.clone(), "ladder": self.ladder.clone(),
@@ -64,6 +66,7 @@ class TemperingState:
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any], device: torch.device | str | None = None) -> TemperingState:
+        """A state from :meth:`state_dict`, on ``device``."""
         missing = sorted({"chains", "walkers", "last_extreme", "trip_started", "attempts", "accepts", "ladder",
                           "round_trips", "swaps_done"} - set(state))
         if missing:
@@ -86,6 +89,22 @@ class ReplicaExchange:
         swap_every: steps between swap rounds.
         adapt_steps: steps during which the inner temperatures adapt to equalise acceptance (0: fixed ladder).
         sampler_options: further :class:`GlauberSampler` options.
+
+    Examples:
+        Two chains, each with replicas at tau = 0.5, 1 and 2, MH-corrected towards the Ising chain's exact law:
+
+        >>> import torch
+        >>> from mlm_dynamics import PairwiseMRFDenoiser, ReplicaExchange
+        >>> from mlm_dynamics.diagnostics.tempering import tempering_summary
+        >>> ising = PairwiseMRFDenoiser.ising_chain(6, coupling=1.0)
+        >>> tempering = ReplicaExchange(ising, [0.5, 1.0, 2.0], energy=ising.energy)
+        >>> state = tempering.init_state(torch.zeros(2, 6, dtype=torch.long), generator=0)
+        >>> tempering.run(state, 200)
+        >>> summary = tempering_summary(state)
+        >>> sorted(summary)
+        ['round_trip_median', 'round_trips', 'swap_acceptance_0', 'swap_acceptance_1', 'swap_acceptance_min']
+        >>> 0 < summary["swap_acceptance_min"] <= 1
+        True
     """
 
     def __init__(self, denoiser: Denoiser, temperatures: Sequence[float], *, mode: str = "exact",
@@ -111,15 +130,18 @@ class ReplicaExchange:
 
     @property
     def replicas(self) -> int:
+        """Number of replicas per chain: the length of the ladder."""
         return len(self.ladder)  # the initial ladder; a state's own (adapted) ladder has the same length
 
-    def init_state(self, tokens: Tensor, *, seed: int, sites: Tensor | None = None) -> TemperingState:
-        """``C`` chains from ``tokens [C, L]``, every replica starting there."""
+    def init_state(self, tokens: Tensor, generator: Randomness = 0, *, sites: Tensor | None = None
+                   ) -> TemperingState:
+        """``C`` chains from ``tokens [C, L]``, every replica starting there; ``generator`` drives the updates and the
+        swaps (a ``torch.Generator``, or an int seed for one)."""
         chains = tokens.shape[0]
         rows = tokens.repeat(self.replicas, 1)
         self.sampler = GlauberSampler(self.denoiser, self.ladder.repeat_interleave(chains),
                                       energy=self.energy if self.mode == "exact" else None, **self.options)
-        state = self.sampler.init_state(rows, seed=seed, sites=None if sites is None else sites.repeat(
+        state = self.sampler.init_state(rows, generator=generator, sites=None if sites is None else sites.repeat(
             self.replicas, 1))
         count = self.replicas * chains
         walkers = torch.arange(count)
@@ -153,6 +175,7 @@ class ReplicaExchange:
             self._swap(state)
 
     def run(self, state: TemperingState, num_steps: int) -> None:
+        """Advance ``num_steps`` steps (an update of every replica, then a swap round every ``swap_every``)."""
         for _ in range(num_steps):
             self.step(state)
 
@@ -210,16 +233,10 @@ class ReplicaExchange:
         state.ladder = torch.cat([ladder[:1], ladder[0] * spacing.cumsum(0).exp()])
         self._sampler_for(state)
 
-    def summary(self, state: TemperingState) -> dict[str, float]:
-        """Swap acceptance per pair (``swap_acceptance_{r}``), its minimum, round trips and their median length."""
-        acceptance = state.acceptance()
-        out = {f"swap_acceptance_{r}": float(a) for r, a in enumerate(acceptance.tolist())}
-        out["swap_acceptance_min"] = float(acceptance.nan_to_num(nan=math.inf).min())
-        out["round_trips"] = float(len(state.round_trips))
-        out.update(quantile_summary("round_trip", torch.tensor(state.round_trips, dtype=torch.float64), (0.5,)))
-        return out
-
     def replica(self, state: TemperingState, index: int = 0) -> Tensor:
         """The ``C`` chains at ladder position ``index`` (``0``: the lowest temperature)."""
         chains = len(state.walkers) // self.replicas
         return state.chains.tokens[index * chains:(index + 1) * chains]
+
+
+__all__ = ["MODES", "ReplicaExchange", "TemperingState"]

@@ -46,9 +46,9 @@ def hamming_fraction(mask: Tensor) -> Distance:
 @torch.no_grad()
 def random_fill_distances(embedder: Embedder, denoiser: Denoiser, tokens: Tensor, sites: Tensor, *, samples: int,
                           generator: torch.Generator | None = None, streams: Sequence[Tensor] | None = None,
-                          num_sites: Tensor | None = None, distance: Distance = cosine_distance) -> Tensor:
+                          site_counts: Tensor | None = None, distance: Distance = cosine_distance) -> Tensor:
     """``[samples, B]``: ``d(e(X^s_b), e(x_b))`` for ``samples`` fillings ``X^s`` of ``tokens [B, L]`` with uniformly
-    random allowed tokens at ``sites [B, n]`` (the first ``num_sites[b]`` of row ``b``), drawn from ``generator`` or
+    random allowed tokens at ``sites [B, n]`` (the first ``site_counts[b]`` of row ``b``), drawn from ``generator`` or
     from ``streams`` (one ``[B]`` key tensor per sample, so each row's fillings are its own).
 
     The drift of a chain that forgot its start: the embedder's own unit for drift thresholds and trap radii (see
@@ -59,7 +59,7 @@ def random_fill_distances(embedder: Embedder, denoiser: Denoiser, tokens: Tensor
     if streams is not None and len(streams) != samples:
         raise ValueError(f"streams: {samples} samples need {samples} key tensors, got {len(streams)}")
     reference = embedder(tokens)
-    return torch.stack([distance(embedder(randomize_sites(denoiser, tokens, sites, generator, num_sites=num_sites,
+    return torch.stack([distance(embedder(randomize_sites(denoiser, tokens, sites, generator, site_counts=site_counts,
                                                           streams=None if streams is None else streams[s])),
                                  reference).double().cpu() for s in range(samples)])
 
@@ -102,6 +102,7 @@ class DriftTracker:
         self.latest_embeddings = self.reference
 
     def due(self, step: int) -> bool:
+        """Whether ``step`` is an observation step (every ``every`` steps)."""
         return (step - self.start_step) % self.every == 0
 
     def observe(self, step: int, tokens: Tensor) -> Tensor | None:
@@ -130,9 +131,15 @@ class DriftTracker:
                 for row in self.hit_at]
 
     def state_dict(self) -> dict:
+        """Start embeddings, hitting times and the latest drift, for checkpoints."""
         return {"reference": self.reference, "hit_at": self.hit_at, "start_step": self.start_step,
                 "last_step": self.last_step, "latest": self.latest}
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore what :meth:`state_dict` returned."""
         self.reference, self.hit_at, self.latest = state["reference"], state["hit_at"], state["latest"]
         self.start_step, self.last_step = state["start_step"], state["last_step"]
+
+
+__all__ = ["Distance", "DriftTracker", "check_drift_options", "hamming_fraction", "random_fill_distances",
+           "random_fill_scale"]

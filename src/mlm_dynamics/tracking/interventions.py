@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .._random import Randomness, as_generator
 from ..diagnostics.margins import local_margins
 from ..diagnostics.quantiles import quantile_summary
 from ..sampling.coupling import randomize_sites
@@ -33,6 +34,7 @@ KINDS = ("bump", "block", "restart")
 
 @dataclass
 class InterventionEvent:
+    """One intervention: the chain, the step it fired, its kind, and when (if) the chain left the trap."""
     chain: int
     step: int
     kind: str
@@ -40,6 +42,7 @@ class InterventionEvent:
 
     @property
     def steps_to_escape(self) -> int | None:
+        """Steps from the intervention to the escape (``None`` while the chain has not escaped)."""
         return None if self.escaped_at is None else self.escaped_at - self.step
 
 
@@ -48,7 +51,7 @@ class TrapIntervention:
 
     def __init__(self, monitor: ChainMonitor, sampler: GlauberSampler, kind: str, *, duration: int = 20,
                  factor: float = 4.0, block: int = 2, min_margin: float | None = None,
-                 restarts: Tensor | None = None, seed: int = 0) -> None:
+                 restarts: Tensor | None = None, generator: Randomness = 0) -> None:
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
         if monitor.traps is None:
@@ -61,7 +64,7 @@ class TrapIntervention:
         self.monitor, self.sampler, self.kind = monitor, sampler, kind
         self.duration, self.factor, self.block, self.min_margin = duration, factor, block, min_margin
         self.restarts = restarts
-        self.generator = torch.Generator().manual_seed(seed)
+        self.generator = as_generator(generator)
         self.events: list[InterventionEvent] = []
         self.open: dict[int, InterventionEvent] = {}  # chain -> its latest event not yet escaped
         self.base: Tensor | None = None
@@ -135,6 +138,7 @@ class TrapIntervention:
                 else self.sampler.temperature}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
         self.generator.set_state(state["rng"])
         self.events = [InterventionEvent(**e) for e in state["events"]]
         self.open = {int(chain): self.events[index] for chain, index in state["open"].items()}
@@ -148,3 +152,6 @@ class TrapIntervention:
         return {"interventions": float(len(self.events)),
                 "escaped_fraction": len(escaped) / len(self.events) if self.events else float("nan"),
                 **quantile_summary("steps_to_escape", torch.tensor(escaped, dtype=torch.float64), (0.5,))}
+
+
+__all__ = ["KINDS", "InterventionEvent", "TrapIntervention"]

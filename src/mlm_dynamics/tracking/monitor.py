@@ -46,8 +46,8 @@ class ChainMonitor:
         embedder: tokens -> embeddings; any plain function is wrapped so that its rows are normalised.
         every: observation interval in steps (the embedding cost is paid only then).
         thresholds: drift thresholds whose hitting times are tracked.
-        traps: a :class:`~mlm_dynamics.traps.TrapTracker` (``None`` disables trap detection).
-        topics: a :class:`~mlm_dynamics.traps.TopicAttraction` (``None`` disables it).
+        traps: a :class:`~mlm_dynamics.tracking.traps.TrapTracker` (``None`` disables trap detection).
+        topics: a :class:`~mlm_dynamics.tracking.traps.TopicAttraction` (``None`` disables it).
         margin_denoiser: if given, the mean local margin of each chain at observations (``B n`` forward rows each)
             is logged and attached to traps as evidence.
         temperature: tau of the chain, for the margin escape bound.
@@ -55,6 +55,22 @@ class ChainMonitor:
         prefix: metric-name prefix.
         keep_history: how many of the latest observations' scalars :attr:`history` keeps (``None``: all); a long run
             that only reports the last one keeps its checkpoints small with 1.
+
+    Examples:
+        Watch four Glauber chains, embedding their states every 10 steps (any function of the tokens will do):
+
+        >>> import torch
+        >>> import torch.nn.functional as F
+        >>> from mlm_dynamics import ChainMonitor, GlauberSampler, PairwiseMRFDenoiser, TrapTracker
+        >>> sampler = GlauberSampler(PairwiseMRFDenoiser.ising_chain(6, coupling=1.0), temperature=1.0)
+        >>> chains = sampler.init_state(torch.zeros(4, 6, dtype=torch.long), generator=0)
+        >>> monitor = ChainMonitor(lambda tokens: F.one_hot(tokens, 2).flatten(1).double(), every=10,
+        ...                        traps=TrapTracker(radius=0.05, dwell=20))
+        >>> monitor.start(chains)
+        >>> for _ in sampler.run(chains, 50):
+        ...     _ = monitor.observe(chains)  # the scalars of step 10, 20, ... (None between observations)
+        >>> sorted(key for key in monitor.history[-1] if key.startswith("chains/drift"))
+        ['chains/drift_max', 'chains/drift_mean']
     """
 
     def __init__(self, embedder: Embedder, *, every: int = 10, thresholds: Sequence[float] = (0.1, 0.2, 0.3),
@@ -119,7 +135,7 @@ class ChainMonitor:
         if self.margin_denoiser is not None:
             if sites is None:
                 sites, counts = self.margin_denoiser.padded_sites(tokens)
-            margins = local_margins(self.margin_denoiser, tokens, sites=sites, num_sites=counts)
+            margins = local_margins(self.margin_denoiser, tokens, sites=sites, site_counts=counts)
             margin = margins.margin.nanmean(1)
             metrics.update({f"{p}{k}": v for k, v in margins.summary(self.temperature).items()})
         if self.traps is not None:
@@ -142,6 +158,7 @@ class ChainMonitor:
         return metrics
 
     def state_dict(self) -> dict:
+        """Every tracker's state and the history, for checkpoints."""
         return {"start_tokens": self.start_tokens, "phase": self.phase, "drift": self.drift.state_dict(),
                 "history": list(self.history),
                 "projections": {k: torch.stack(v, 1) if v else None for k, v in self.projections.items()},
@@ -149,6 +166,7 @@ class ChainMonitor:
                 "topics": None if self.topics is None else self.topics.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore what :meth:`state_dict` returned."""
         self.start_tokens, self.history = state["start_tokens"], list(state["history"])
         self.phase = state.get("phase")
         self.projections = {k: [] if v is None else list(v.unbind(1)) for k, v in state["projections"].items()}
@@ -165,3 +183,6 @@ def _tokens_and_step(state: ChainState | Tensor, step: int | None) -> tuple[Tens
     if step is None:
         raise ValueError("step is required when observing plain token tensors")
     return state, step
+
+
+__all__ = ["ChainMonitor"]

@@ -29,6 +29,7 @@ from ..embedders.base import cosine_distance
 
 @dataclass
 class TrapEvent:
+    """One trap: the chain, its basin, the step it entered and left (``None``: still open) and its margin."""
     chain: int
     basin: int
     entry_step: int
@@ -36,6 +37,7 @@ class TrapEvent:
     margin: float | None = None
 
     def dwell(self, now: int) -> int:
+        """Steps spent in the trap up to ``now`` (or its end)."""
         return (self.exit_step if self.exit_step is not None else now) - self.entry_step
 
 
@@ -146,11 +148,13 @@ class TrapTracker:
         return [b for b, visits in enumerate(self.basin_visits) if visits > 1]
 
     def state_dict(self) -> dict:
+        """Open and closed traps, basins and per-chain anchors, for checkpoints."""
         return {"anchor": self.anchor, "anchor_tokens": self.anchor_tokens, "anchor_step": self.anchor_step,
                 "open_event": list(self.open_event), "events": [asdict(e) for e in self.events],
                 "basins": self.basins, "basin_visits": list(self.basin_visits), "now": self.now}
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore what :meth:`state_dict` returned."""
         self.anchor, self.anchor_tokens = state["anchor"], state["anchor_tokens"]
         self.anchor_step = state["anchor_step"]
         self.open_event, self.basins = list(state["open_event"]), state["basins"]
@@ -158,11 +162,27 @@ class TrapTracker:
         self.basin_visits, self.now = list(state["basin_visits"]), state["now"]
 
 
+TOPIC_SETS = Path(__file__).resolve().parents[1] / "assets" / "topics"
+
+
+def topic_sets() -> list[str]:
+    """The names of the topic sets shipped in the package (``politics``: the paper's case study and controls)."""
+    return sorted(file.stem for file in TOPIC_SETS.glob("*.yaml"))
+
+
+def topics_file(value: str | Path) -> Path | None:
+    """``value`` when it is a file, else the packaged topic set of that name, else ``None``."""
+    if Path(value).is_file():
+        return Path(value)
+    packaged = TOPIC_SETS / f"{value}.yaml"
+    return packaged if str(value) in topic_sets() else None
+
+
 def load_topics(path: str | Path, *, key: str) -> tuple[dict[str, Any], float | None]:
-    """The topics and the optional threshold of a YAML file ``{threshold: ..., topics: {name: [anchor sentences]}}``
-    (as ``configs/topics-politics.yaml``); ``key`` names the option in the error."""
-    file = Path(path)
-    spec = yaml.safe_load(file.read_text()) if file.is_file() else None
+    """The topics and the optional threshold of a YAML file ``{threshold: ..., topics: {name: [anchor sentences]}}``,
+    or of a packaged set by name (:func:`topic_sets`); ``key`` names the option in the error."""
+    file = topics_file(path)
+    spec = yaml.safe_load(file.read_text(encoding="utf-8")) if file is not None else None
     if not isinstance(spec, dict) or not isinstance(spec.get("topics"), dict) or not spec["topics"]:
         raise ValueError(f"{key}: {str(path)!r} is not a YAML file mapping 'topics' to {{name: [anchor sentences]}}")
     threshold = spec.get("threshold")
@@ -195,10 +215,16 @@ class TopicAttraction:
         return similarity
 
     def fractions(self) -> dict[str, float]:
+        """Fraction of observed states near each topic."""
         return {name: float(self.near[k] / max(self.observations, 1)) for k, name in enumerate(self.names)}
 
     def state_dict(self) -> dict:
+        """Counts per topic, for checkpoints."""
         return {"near": self.near, "observations": self.observations}
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore what :meth:`state_dict` returned."""
         self.near, self.observations = state["near"], state["observations"]
+
+
+__all__ = ["TopicAttraction", "TrapEvent", "TrapTracker", "load_topics", "topic_similarity", "trap_statistics"]

