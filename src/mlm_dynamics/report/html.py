@@ -25,8 +25,12 @@ table { border-collapse: collapse; margin: .6rem 0 1.2rem; font-size: .85rem; }
 th, td { border: 1px solid #ddd; padding: .25rem .5rem; text-align: right; }
 th { background: #f4f4f4; } td.text { text-align: left; }
 figure { margin: 1rem 0; } figcaption { font-size: .85rem; color: #555; }
-img { max-width: 100%; } pre { background: #f7f7f7; padding: .6rem; overflow-x: auto; font-size: .8rem; }
+img { max-width: 100%; height: auto; }
+pre { background: #f7f7f7; padding: .6rem; font-size: .8rem; white-space: pre-wrap; overflow-wrap: anywhere; }
 .note { background: #fff8e1; padding: .4rem .6rem; border-left: 3px solid #f0b400; }
+.wide { overflow-x: auto; max-width: 100%; }
+nav.toc { background: #f7f7f9; padding: .4rem 1rem; border-radius: 4px; font-size: .9rem; }
+nav.toc ol { margin: .2rem 0; padding-left: 1.2rem; columns: 2; }
 """
 
 
@@ -49,6 +53,7 @@ def claims_section(claims: ClaimsReport) -> Section:
 
 
 def figure_png(figure: Figure, dpi: int = 110) -> bytes:
+    """PNG bytes of ``figure`` at ``dpi`` (the figure is closed)."""
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=dpi)
     return buffer.getvalue()
@@ -75,15 +80,36 @@ def _table(caption: str, rows: Sequence[Mapping[str, Any]]) -> str:
     columns = list(dict.fromkeys(key for row in rows for key in row))
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     body = "".join("<tr>" + "".join(_cell(row.get(c, "")) for c in columns) + "</tr>" for row in rows)
-    return f"<table><caption>{html.escape(caption)}</caption><tr>{head}</tr>{body}</table>"
+    return f'<div class="wide"><table><caption>{html.escape(caption)}</caption><tr>{head}</tr>{body}</table></div>'
+
+
+def _anchor(title: str, taken: set[str]) -> str:
+    """A unique ``id`` for a section title (letters, digits and dashes)."""
+    base = "-".join("".join(c if c.isalnum() else " " for c in title.lower()).split()) or "section"
+    anchor, count = base, 1
+    while anchor in taken:
+        count += 1
+        anchor = f"{base}-{count}"
+    taken.add(anchor)
+    return anchor
 
 
 def render_html(title: str, sections: Sequence[Section], config: Mapping[str, Any]) -> str:
-    """The whole page as one string (images as ``data:`` URIs)."""
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
-             f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>"]
-    for section in sections:
-        parts.append(f"<h2>{html.escape(section.title)}</h2>")
+    """The whole page as one string (images as ``data:`` URIs): the title, a table of contents linking every
+    section, the sections in order (lead with what the run found), then the configuration. Long lines wrap and wide
+    tables scroll inside their box, so nothing runs off the page."""
+    taken: set[str] = set()
+    anchors = [_anchor(section.title, taken) for section in sections]
+    config_anchor = _anchor("configuration", taken)
+    toc = "".join(f'<li><a href="#{anchor}">{html.escape(section.title)}</a></li>'
+                  for anchor, section in zip(anchors, sections, strict=True))
+    parts = ["<!doctype html><html lang='en'><head><meta charset='utf-8'>",
+             "<meta name='viewport' content='width=device-width, initial-scale=1'>",
+             f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>",
+             f'<nav class="toc"><strong>Contents</strong><ol>{toc}'
+             f'<li><a href="#{config_anchor}">Configuration</a></li></ol></nav>']
+    for anchor, section in zip(anchors, sections, strict=True):
+        parts.append(f'<h2 id="{anchor}">{html.escape(section.title)}</h2>')
         parts += [f"<p>{paragraph}</p>" for paragraph in section.paragraphs]
         parts += [_table(caption, rows) for caption, rows in section.tables]
         for figure, caption in section.figures:
@@ -91,5 +117,9 @@ def render_html(title: str, sections: Sequence[Section], config: Mapping[str, An
             parts.append(f'<figure><img alt="{html.escape(caption)}" src="data:image/png;base64,{data}">'
                          f"<figcaption>{html.escape(caption)}</figcaption></figure>")
         parts += [f"<pre>{html.escape(text)}</pre>" for text in section.preformatted]
-    parts.append(f"<h2>Configuration</h2><pre>{html.escape(json.dumps(config, indent=2))}</pre></body></html>")
+    parts.append(f'<h2 id="{config_anchor}">Configuration</h2><pre>{html.escape(json.dumps(config, indent=2))}</pre>'
+                 "</body></html>")
     return "".join(parts)
+
+
+__all__ = ["STYLE", "Section", "claims_section", "figure_png", "render_html", "write_figures"]

@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from matplotlib.figure import Figure
 
-from ..diagnostics.meeting import MeetingTimes
 from ..diagnostics.quantiles import quantile_summary
 from ..experiments.config import to_dict
 from ..experiments.run import TRAJECTORY_FIELDS, ChainRunResult
@@ -18,15 +18,11 @@ from .html import Section, claims_section, render_html, write_figures
 from .writers import write_csv, write_json, write_text
 
 
-def _main_temperature(times: dict[float, MeetingTimes], temperature: float) -> float:
-    """The sampler's temperature when it is on the ladder, else the ladder's first."""
-    return temperature if temperature in times else next(iter(times))
-
-
 def run_report(result: ChainRunResult) -> dict[str, Any]:
     """JSON-ready report. Section names match the callbacks' metric groups (``mixing``, ``rectangle``, ...); the
-    ``mixing`` scalars are those at the sampler's temperature, ``mixing.by_temperature`` has the whole ladder."""
-    temperature = result.config.sampler.temperature
+    ``mixing`` scalars are those at the run's main temperature (:attr:`RunConfig.main_temperature`),
+    ``mixing.by_temperature`` has the whole ladder."""
+    temperature = result.config.main_temperature
     report: dict[str, Any] = {"config": to_dict(result.config), "model": result.model,
                               "chains": {**result.chains, "final_sequences": result.final_sequences},
                               "notes": result.notes}
@@ -39,7 +35,7 @@ def run_report(result: ChainRunResult) -> dict[str, Any]:
                                "by_temperature": semantics.by_temperature()}
     if result.coupling is not None:
         coupling = result.coupling
-        main = _main_temperature(coupling.times, temperature)
+        main = temperature
         ladder = [{"temperature": tau, **times.summary(), "meeting_times": times.times.tolist(),
                    "censored": times.censored.tolist()} for tau, times in coupling.times.items()]
         report["mixing"] = {"temperature": main, **coupling.times[main].summary(), "by_temperature": ladder,
@@ -56,6 +52,33 @@ def run_report(result: ChainRunResult) -> dict[str, Any]:
     if result.claims is not None:
         report["claims"] = result.claims.to_dict()
     return report
+
+
+def key_figures(report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per temperature of the ladder with the run's headline numbers, for the top of the HTML report: the
+    coupled pairs' median meeting time (``> budget`` when censored) and censored fraction, the chains' final drift in
+    units of the distance to random fillings and the fraction of time trapped, and the influence estimate."""
+    temperatures = sorted({*(row["temperature"] for row in report.get("semantics", {}).get("by_temperature", [])),
+                           *(row["temperature"] for row in report.get("mixing", {}).get("by_temperature", [])),
+                           *report.get("influence", {}).get("temperatures", [])})
+    mixing = {row["temperature"]: row for row in report.get("mixing", {}).get("by_temperature", [])}
+    semantics = {row["temperature"]: row for row in report.get("semantics", {}).get("by_temperature", [])}
+    rows = []
+    for tau in temperatures:
+        row: dict[str, Any] = {"tau": f"{tau:g}"}
+        if tau in mixing:
+            pairs = mixing[tau]
+            censored = pairs["censored_fraction"] >= 0.5  # the median itself is censored
+            row["median meeting time"] = f"> {pairs['budget']:g}" if censored else f"{pairs['meeting_time_median']:g}"
+            row["pairs censored"] = f"{pairs['censored_fraction']:.0%}"
+        if tau in semantics:
+            row["drift (1 = forgot start)"] = f"{semantics[tau]['drift_over_scale_final']:.2f}"
+            row["time trapped"] = f"{semantics[tau]['trapped_fraction']:.0%}"
+        key = f"dobrushin_tau{tau:g}"
+        if key in report.get("influence", {}):
+            row["influence estimate"] = f"{report['influence'][key]:.2f}"
+        rows.append(row)
+    return rows
 
 
 def run_figures(result: ChainRunResult) -> dict[str, Figure]:
@@ -97,8 +120,12 @@ def write_run_report(result: ChainRunResult, out_dir: Path) -> dict[str, Any]:
     drawn = run_figures(result)
     write_figures(out_dir, drawn)
     sections = [] if result.claims is None else [claims_section(result.claims)]
-    sections.append(Section("Summary", preformatted=[run_summary(result)]))
+    overall = [{"measure": "rectangles that certify incompatibility",
+                "value": f"{report['rectangle']['prevalence']:.1%} of {report['rectangle']['num_rectangles']:.0f}"}
+               ] if "rectangle" in report else []
+    sections.append(Section("Key figures", tables=[("by temperature", key_figures(report)), ("overall", overall)]))
     sections += [Section(name.capitalize(), figures=[(figure, CAPTIONS[name])]) for name, figure in drawn.items()]
+    sections.append(Section("Summary", preformatted=[run_summary(result)]))
     tables = []
     if "semantics" in report:  # every temperature the chains ran at
         tables.append(("semantics per temperature", report["semantics"]["by_temperature"]))
@@ -147,7 +174,7 @@ def run_summary(result: ChainRunResult) -> str:
         lines.append(f"rectangle test: {summary['prevalence']:.3f} of {int(summary['num_rectangles'])} rectangles "
                      f"certify incompatibility; median |R| {summary['abs_r_median']:.3f} nats")
     if result.margins is not None:
-        tau = result.config.sampler.temperature
+        tau = result.config.main_temperature
         start, final = (result.margins[k].summary(tau) for k in ("start", "final"))
         lines.append(f"local margin: start {start['margin_mean']:.2f}, final {final['margin_mean']:.2f} (mean change "
                      f"probability per site update {final['change_probability_mean']:.3f})")
@@ -157,3 +184,6 @@ def run_summary(result: ChainRunResult) -> str:
                                                                   influence.dobrushin.tolist(), strict=True))
         lines.append(f"Dobrushin coefficient on {len(influence.sites)} sites: {pairs}")
     return "\n".join(lines)
+
+
+__all__ = ["CAPTIONS", "key_figures", "run_figures", "run_report", "run_summary", "write_run_report"]
