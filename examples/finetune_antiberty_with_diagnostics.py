@@ -53,6 +53,7 @@ def main(argv: list[str] | None = None) -> L.Trainer:
     trainer.fit(MaskedDenoiserModule(denoiser, lr=5e-5), DataLoader(data, batch_size=4, shuffle=True))
     for name, value in sorted(trainer.callback_metrics.items()):
         print(f"{name:>40}: {float(value):.4f}")
+    print(f"mixing history: mlm-dynamics report {args.out / 'csv'} --out {args.out / 'history'}")
     return trainer
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import lightning as L
 import torch
+from lightning.pytorch.loggers import CSVLogger
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
@@ -33,6 +34,7 @@ from mlm_dynamics import CoupledGlauberChains, FullSequenceDenoiser, GlauberSamp
 from mlm_dynamics.callbacks import MixingDiagnostics, RectangleTest, TrapDetector
 from mlm_dynamics.corpus import token_streams
 from mlm_dynamics.diagnostics.decoding import CommitTracker, DecodingSummary, effective_temperature, entropy
+from mlm_dynamics.diagnostics.meeting import meeting_times_of
 from mlm_dynamics.embedders import SentenceEmbedder, default_sentence_model_path
 from mlm_dynamics.models.full_sequence import loglinear_sigma
 from mlm_dynamics.report.html import figure_png
@@ -155,7 +157,8 @@ def main(argv: list[str] | None = None) -> dict:
     module = MaskedDiffusion(backbone, vocab)
     encoder = SentenceEmbedder(codec)
     common = dict(every_n_train_steps=max(2, args.train_steps // 2), on_validation_end=False, num_starts=2)
-    trainer = L.Trainer(max_steps=args.train_steps, accelerator="cpu", logger=False, enable_checkpointing=False,
+    trainer = L.Trainer(max_steps=args.train_steps, accelerator="cpu", logger=CSVLogger(args.out, name="training"),
+                        enable_checkpointing=False, log_every_n_steps=1,
                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=args.out,
                         callbacks=[MixingDiagnostics(max_steps=20, **common),
                                    RectangleTest(pairs_per_context=2, num_tokens=3, **common),
@@ -177,15 +180,15 @@ def main(argv: list[str] | None = None) -> dict:
         rows.append({"sampler": kind, **DecodingSummary(samples).summary(), **commits.summary(), **drawn,
                      "drift_final": monitor.history[-1].get("decode/drift_mean", math.nan)})
     denoiser = module.denoiser.eval()
-    corrector = GlauberCorrector(denoiser, steps=args.refine, seed=2)
+    corrector = GlauberCorrector(denoiser, steps=args.refine, generator=2)
     refined = corrector(finals["ancestral"])
     before, after = DecodingSummary(finals["ancestral"]).summary(), DecodingSummary(refined).summary()
     rows.append({"sampler": "ancestral + Glauber refinement", **after,
                  "refinement_changes_per_sample": corrector.changes / args.samples})
     pairs = CoupledGlauberChains(GlauberSampler(denoiser, 1.0), freeze_met=True)
-    coupled = pairs.init_state(finals["ancestral"], finals["confidence"], seed=3,
+    coupled = pairs.init_state(finals["ancestral"], finals["confidence"], generator=3,
                                sites=torch.arange(args.length).expand(args.samples, -1))
-    meeting = pairs.run(coupled, 10 * args.refine).summary()
+    meeting = meeting_times_of(pairs.run(coupled, 10 * args.refine)).summary()
     write_csv(args.out / "comparison.csv", rows, list(dict.fromkeys(k for row in rows for k in row)))
     report = {"training": training, "samplers": rows, "refinement": {"before": before, "after": after,
                                                                      "meeting": meeting},
@@ -201,6 +204,8 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"refinement: repetition_2 {before['repetition_2']:.3f} -> {after['repetition_2']:.3f}, distinct_2 "
           f"{before['distinct_2']:.3f} -> {after['distinct_2']:.3f}; coupled refinement chains: "
           f"{meeting['censored_fraction']:.2f} censored, median meeting time {meeting['meeting_time_median']:.0f}")
+    print(f"mixing history of the training run: mlm-dynamics report {args.out / 'training'} --out "
+          f"{args.out / 'history'}")
     return report
 
 

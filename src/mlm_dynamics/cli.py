@@ -1,4 +1,5 @@
-"""Command line: ``mlm-dynamics run|sweep --config FILE --out DIR [--set key=value ...]``.
+"""Command line: ``mlm-dynamics run|sweep|semantics|rectangle-table --config FILE --out DIR [--set key=value ...]``,
+``mlm-dynamics report LOGDIR``, ``mlm-dynamics presets``.
 
 Argument parsing and printing only; the jobs are library functions in :mod:`mlm_dynamics.experiments`.
 """
@@ -20,12 +21,14 @@ import torch
 
 from .experiments import ConfigError, OutputLock, RunConfig, RunInterrupted, load_config, run_chains
 from .experiments.checkpoint import checkpoint_step
-from .experiments.distributed import run_sweep_sharded
+from .experiments.config import PRESETS, presets, resolve_config
 from .experiments.rectangles import RectangleTableConfig, run_rectangle_table
 from .experiments.semantics import CaseStudyConfig, run_case_study
 from .experiments.sweep import SweepConfig, run_sweep
-from .report import run_summary, write_run_report
+from .report.history_report import findings, write_history_report
+from .report.logs import read_logs
 from .report.rectangle_report import rectangle_table_summary, write_rectangle_table
+from .report.run_report import run_summary, write_run_report
 from .report.semantics_report import semantics_summary, write_semantics_report
 from .report.sweep_report import sweep_summary, write_sweep_report
 
@@ -97,29 +100,62 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
+    """The ``mlm-dynamics`` argument parser: one subcommand per job (with its config keys in ``--help``) and
+    ``presets``."""
     root = argparse.ArgumentParser(prog="mlm-dynamics", description=__doc__.split("\n")[0])
     commands = root.add_subparsers(dest="command", required=True)
     for name, (schema, help_text) in JOBS.items():
         job = commands.add_parser(name, help=help_text, formatter_class=argparse.RawDescriptionHelpFormatter,
                                   epilog="config keys (set in --config YAML or with --set key=value):\n"
                                          + "\n".join(config_keys(schema)))
-        job.add_argument("--config", type=Path, default=None, help="YAML config (default: the built-in defaults)")
+        job.add_argument("--config", "--preset", dest="config", default=None,
+                         help="YAML config file, or the name of a packaged preset (`mlm-dynamics presets` lists them;"
+                              " default: the built-in defaults)")
         job.add_argument("--out", type=out_path, default=Path(f"runs/{name}"), help="output directory")
         job.add_argument("--resume", action="store_true", help="continue from the checkpoint in OUT")
         job.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                         help="override a config value, e.g. --set sampler.temperature=0.5")
+                         help="override a config value, e.g. --set 'temperatures=[0.5, 1.0]'")
         job.add_argument("--quiet", action="store_true", help="no progress bars")
         if name == "sweep":
             job.add_argument("--devices", type=int, default=1,
                              help="shard the cells over N processes per node (Lightning Fabric; GPUs or CPU cores)")
             job.add_argument("--num-nodes", type=int, default=1,
                              help="nodes of a cluster run started by its launcher (srun, torchrun); rank 0 merges")
+    listing = commands.add_parser("presets", help="list the packaged presets, or print one (to copy and edit)")
+    listing.add_argument("name", nargs="?", help="a preset to print")
+    history = commands.add_parser("report", help="the mixing history of a training run, from its logs (Lightning CSV,"
+                                                 " TensorBoard event files or an offline W&B run): report.html")
+    history.add_argument("logdir", type=Path, help="the run's log directory")
+    history.add_argument("--out", type=out_path, default=None,
+                         help="output directory (default: LOGDIR/mlm-dynamics-report)")
     return root
 
 
+def presets_text(name: str | None) -> str:
+    """The presets, one line each (name, job, what it runs), or the YAML of preset ``name``."""
+    if name is not None:
+        return resolve_config(name).read_text(encoding="utf-8")
+    lines = []
+    for preset, job in presets().items():
+        text = (PRESETS / f"{preset}.yaml").read_text(encoding="utf-8").splitlines()
+        what = next((line.lstrip("# ") for line in text[1:] if line.startswith("#")), "")
+        lines.append(f"{preset:<20} mlm-dynamics {job} --config {preset}\n{'':<20} {what}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run the command line; return the exit code (0 done, 2 bad input, 130 interrupted)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser().parse_args(argv)
+    if args.command == "presets":
+        try:
+            print(presets_text(args.name), end="" if args.name else "\n")
+        except ConfigError as error:
+            print(f"mlm-dynamics: error: {error}", file=sys.stderr)
+            return 2
+        return 0
+    if args.command == "report":
+        return _history(args)
     torch.set_num_threads(min(torch.get_num_threads(), 16))
     schema = JOBS[args.command][0]
     previous = signal.signal(signal.SIGTERM, _interrupt) if threading.current_thread() is threading.main_thread() \
@@ -152,6 +188,21 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _history(args: argparse.Namespace) -> int:
+    """``mlm-dynamics report LOGDIR``: read the logs, write the history report, print where it is."""
+    out = args.out if args.out is not None else args.logdir / "mlm-dynamics-report"
+    try:
+        run = read_logs(args.logdir)
+        check_out_dir(out)
+        report = write_history_report(run, out, f"mlm_dynamics: mixing history of {args.logdir.name}")
+    except ValueError as error:  # ConfigError too
+        print(f"mlm-dynamics: error: {one_line(str(error))}", file=sys.stderr)
+        return 2
+    print("\n".join(findings(report)))
+    print(f"report: {out / 'report.html'}")
+    return 0
+
+
 def _run_job(args: argparse.Namespace, config: Any) -> str | None:
     """Run the job, write its report; the printed summary (``None`` on a cluster rank that does not merge)."""
     if args.command == "run":
@@ -169,6 +220,8 @@ def _run_job(args: argparse.Namespace, config: Any) -> str | None:
     if args.devices < 1 or args.num_nodes < 1:
         raise ConfigError(f"--devices and --num-nodes must be >= 1, got {args.devices}, {args.num_nodes}")
     if args.devices > 1 or args.num_nodes > 1:
+        from .launch import run_sweep_sharded  # Lightning is loaded only to launch processes
+
         swept = run_sweep_sharded(config, args.out, devices=args.devices, num_nodes=args.num_nodes,
                                   resume=args.resume, progress=not args.quiet)
         if swept is None:
@@ -181,3 +234,7 @@ def _run_job(args: argparse.Namespace, config: Any) -> str | None:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+__all__ = ["CHECKPOINTS", "JOBS", "check_out_dir", "config_keys", "interrupted_line", "main", "one_line", "out_path",
+           "parser"]

@@ -40,25 +40,49 @@ from typing import Any
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
-from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger
+from lightning.pytorch.loggers import MLFlowLogger, TensorBoardLogger, WandbLogger
 from matplotlib.figure import Figure
 from torch import Tensor
 from typing_extensions import override
 
 from ..models.base import Denoiser
 from ..probes.base import Probe, ScheduledProbe
+from ..probes.keys import tensorboard_layout
 from ..report.writers import finite
 
 
 def log_figure(trainer: Trainer, tag: str, figure: Figure) -> None:
-    """``figure`` to every logger that takes images: TensorBoard (``add_figure``) and W&B (``wandb.Image``)."""
+    """``figure`` to every logger that takes images: TensorBoard (``add_figure``), W&B (``wandb.Image``) and
+    MLflow (an artifact ``{tag}_step{N}.png`` of the run)."""
     for logger in trainer.loggers:
-        if isinstance(logger, TensorBoardLogger):
+        if isinstance(logger, MLFlowLogger):
+            logger.experiment.log_figure(logger.run_id, figure, f"{tag}_step{trainer.global_step}.png")
+        elif isinstance(logger, TensorBoardLogger):
             logger.experiment.add_figure(tag, figure, global_step=trainer.global_step, close=False)
         elif isinstance(logger, WandbLogger):
             import wandb
 
             logger.experiment.log({tag: wandb.Image(figure), "trainer/global_step": trainer.global_step})
+
+
+def write_dashboards(trainer: Trainer, attached: list[DiagnosticCallback]) -> None:
+    """Group the attached callbacks' metrics in each logger's dashboard, once when fit is set up: a TensorBoard
+    custom-scalars layout (one category per metric group, one chart per quantity with the stages as lines) and W&B
+    metric definitions (the group's keys plotted against ``trainer/global_step``, Lightning's step key)."""
+    groups: dict[str, list[str]] = {}
+    for callback in attached:
+        groups.setdefault(callback.prefix, []).append(callback.probe.group)
+    for logger in trainer.loggers:
+        if isinstance(logger, TensorBoardLogger):
+            layout = {}
+            for prefix, names in groups.items():
+                layout.update(tensorboard_layout(names, prefix))
+            logger.experiment.add_custom_scalars(layout)
+        elif isinstance(logger, WandbLogger):
+            logger.experiment.define_metric("trainer/global_step")
+            for prefix, names in groups.items():
+                for group in names:
+                    logger.experiment.define_metric(f"{prefix}{group}/*", step_metric="trainer/global_step")
 
 
 class DiagnosticCallback(Callback):
@@ -100,18 +124,22 @@ class DiagnosticCallback(Callback):
 
     @property
     def seconds_used(self) -> float:
+        """Wall-clock seconds this callback's runs have used so far (against ``budget_seconds``)."""
         return self.scheduled.seconds_used
 
     @property
     def last_metrics(self) -> dict[str, float]:
+        """The values of the latest run, keyed by metric name (empty before the first run)."""
         return self.scheduled.last_metrics
 
     @property
     def state_key(self) -> str:
+        """The key of this callback's state in a Lightning checkpoint (one per class and options)."""
         return self._generate_state_key(prefix=self.prefix)
 
     # -- model access ----------------------------------------------------------------------------------------------
     def denoiser(self, pl_module: LightningModule) -> Denoiser:
+        """The :class:`Denoiser` to measure: ``denoiser_fn(pl_module)``, or the attribute at ``denoiser_attr``."""
         found: Any = pl_module
         if self.denoiser_fn is not None:
             found = self.denoiser_fn(pl_module)
@@ -133,6 +161,9 @@ class DiagnosticCallback(Callback):
     @override
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         self.denoiser(pl_module)  # a module without a denoiser fails when the trainer starts
+        attached = [cb for cb in trainer.callbacks if isinstance(cb, DiagnosticCallback)]  # type: ignore[attr-defined]
+        if stage == "fit" and attached[0] is self and trainer.is_global_zero:  # the first sets up all dashboards
+            write_dashboards(trainer, attached)
 
     @override
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -204,7 +235,12 @@ class DiagnosticCallback(Callback):
 
     # -- state -----------------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
+        """Schedule, budget, random stream and probe state, saved with the trainer's checkpoint."""
         return self.scheduled.state_dict()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned: a resumed fit continues the diagnostics' schedule and stream."""
         self.scheduled.load_state_dict(state_dict)
+
+
+__all__ = ["DiagnosticCallback", "log_figure", "write_dashboards"]

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
+from typing import Any
+
 from .base import STAGES, Probe
 from .chains import DriftProbe, TrapProbe
 from .mixing import DobrushinProbe, MeetingTimeProbe, RectangleProbe
@@ -10,7 +14,7 @@ PROBES: tuple[type[Probe], ...] = (MeetingTimeProbe, RectangleProbe, DobrushinPr
 
 
 def metric_key_page() -> str:
-    """``docs/metric-keys.md``: a title, a line on where it comes from, and :func:`metric_key_table`."""
+    """``docs/reference/metric-keys.md``: a title, a line on where it comes from, and :func:`metric_key_table`."""
     return ("# Metric keys\n\nEvery metric the diagnostic callbacks and probes log, generated from the keys each probe "
             "declares (`docs/generate.py`).\n\n" + metric_key_table() + "\n")
 
@@ -22,11 +26,48 @@ def metric_key_table() -> str:
     for probe in PROBES:
         for key in probe.keys:
             when = key.when or "every run"
-            lines.append(f"| `{probe.group}/{{stage}}/{key.name}` | {key.meaning} | {key.unit} | {when} |")
+            cells = (f"`{probe.group}/{{stage}}/{key.name}`", key.meaning, key.unit, when)
+            lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")  # |R| in a cell
     stages = ", ".join(STAGES)
     return "\n".join([*lines, "", f"`{{stage}}` is one of {stages}: a run every N optimizer steps, at validation end, "
                                "at predict end; a `prefix` given to a callback comes first."])
 
 
-__all__ = ["PROBES", "metric_key_page", "metric_key_table"]
+SECTION_TITLES = {"mixing": "Mixing: coupled chains", "rectangle": "Incompatibility: rectangle test",
+                  "influence": "Influence: Dobrushin estimates", "drift": "Semantic drift", "traps": "Traps and basins"}
+
+
+def key_regex(name: str) -> str:
+    """A declared metric name as a regular expression: ``{...}`` placeholders match any option value."""
+    return r"[\w.-]+".join(re.escape(part) for part in re.split(r"\{[a-z]+\}", name))
+
+
+def tensorboard_layout(groups: Sequence[str], prefix: str = "") -> dict[str, dict[str, list[Any]]]:
+    """A TensorBoard custom-scalars layout (``SummaryWriter.add_custom_scalars``): one category per metric group,
+    one chart per declared quantity with the train, validation and predict runs (and every temperature or threshold
+    option) as lines (regular expressions over the logged tags)."""
+    layout: dict[str, dict[str, list[Any]]] = {}
+    for probe in PROBES:
+        if probe.group not in groups:
+            continue
+        tags = rf"{re.escape(prefix)}{probe.group}/(train|val|predict)/"
+        charts = {key.name: ["Multiline", [tags + key_regex(key.name)]] for key in probe.keys}
+        layout[f"{prefix}{SECTION_TITLES[probe.group]}"] = charts
+    return layout
+
+
+def headline_keys(prefix: str = "", stage: str = "train") -> dict[str, list[str]]:
+    """Per section title, the keys a dashboard shows first (a run every N steps: ``stage`` train): the meeting-time
+    median and censored fraction, rectangle prevalence and median ``|R|``, the influence estimates at tau = 1, drift
+    and hitting fractions, trap rate, basins and dwell times."""
+    chosen = {"mixing": ["meeting_time_median", "censored_fraction", "lagged/tv_bound_t{t}"],
+              "rectangle": ["prevalence", "abs_r_median"], "influence": ["dobrushin_tau{t}", "tau_star"],
+              "drift": ["drift_mean", "hit_fraction_d{d}", "rhat_drift"],
+              "traps": ["trap_rate", "num_basins", "dwell_time_mean", "drift_mean", "topic/{name}"]}
+    return {SECTION_TITLES[group]: [f"{prefix}{group}/{stage}/{name}" for name in names]
+            for group, names in chosen.items()}
+
+
+__all__ = ["PROBES", "SECTION_TITLES", "headline_keys", "key_regex", "metric_key_page", "metric_key_table",
+           "tensorboard_layout"]
 

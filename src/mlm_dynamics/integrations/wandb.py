@@ -1,0 +1,60 @@
+"""A W&B workspace for the diagnostics, built with ``wandb-workspaces``.
+
+    from mlm_dynamics.integrations.wandb import workspace
+    workspace("my-entity", "my-project").save()          # online: creates the saved view
+
+One section per metric group (mixing, incompatibility, influence, drift, traps), opened in that order, with line
+plots of the headline quantities against the trainer's step (:func:`~mlm_dynamics.probes.keys.headline_keys`);
+options that multiply a key (temperatures, thresholds, topics) are drawn with a regular expression over the logged
+names. The Lightning callbacks define the step axis themselves when fit starts (``define_metric``); runs of the
+Hugging Face ``Trainer`` log under its ``train/`` prefix against ``train/global_step``:
+``workspace(entity, project, prefix="train/", x="train/global_step")``.
+
+What each section shows, and how a healthy and a trapped run differ, is in the documentation's "W&B, TensorBoard,
+MLflow, CSV" guide.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..probes.keys import headline_keys
+
+PLACEHOLDER = re.compile(r"\{[a-z]+\}")
+
+
+def panel_specs(prefix: str = "", stage: str = "train") -> dict[str, list[dict[str, Any]]]:
+    """Per section title, the line plots as plain data: ``{"title", "y": [keys]}`` for a fixed key, or
+    ``{"title", "metric_regex"}`` for one whose name has an option in it (every temperature, threshold, topic)."""
+    specs: dict[str, list[dict[str, Any]]] = {}
+    for title, keys in headline_keys(prefix, stage).items():
+        panels: list[dict[str, Any]] = []
+        for key in keys:
+            name = key[len(prefix):].split("/", 2)[2]  # after {group}/{stage}/
+            if PLACEHOLDER.search(key):
+                parts = PLACEHOLDER.split(key)
+                panels.append({"title": name, "metric_regex": "^" + r"[\w.-]+".join(map(re.escape, parts)) + "$"})
+            else:
+                panels.append({"title": name, "y": [key]})
+        specs[title] = panels
+    return specs
+
+
+def workspace(entity: str, project: str, *, name: str = "mlm_dynamics diagnostics", prefix: str = "",
+              stage: str = "train", x: str = "trainer/global_step") -> Any:
+    """A ``wandb_workspaces.workspaces.Workspace`` with the diagnostics' sections (not saved: call ``.save()``
+    online). ``prefix``: what the logger puts before the callbacks' keys; ``stage``: ``train`` (runs every N steps)
+    or ``val`` (at validation end); ``x``: the step key of the x axis."""
+    import wandb_workspaces.reports.v2 as wr
+    import wandb_workspaces.workspaces as ws
+
+    sections = []
+    for title, panels in panel_specs(prefix, stage).items():
+        plots: list[Any] = [wr.LinePlot(title=panel["title"], x=x, y=panel.get("y", []),
+                                        metric_regex=panel.get("metric_regex")) for panel in panels]
+        sections.append(ws.Section(name=title, panels=plots, is_open=True))
+    return ws.Workspace(entity=entity, project=project, name=name, sections=sections)
+
+
+__all__ = ["panel_specs", "workspace"]

@@ -1,0 +1,129 @@
+"""Where users look: one fit logged to CSV, TensorBoard and offline W&B reads back as the same history in each
+format; `mlm-dynamics report LOGDIR` renders it from each; the TensorBoard layout and the W&B metric definitions and
+workspace name exactly the keys the callbacks log; MLflow gets the values and the figures."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import pytest
+
+from mlm_dynamics.cli import main
+from mlm_dynamics.integrations.wandb import panel_specs, workspace
+from mlm_dynamics.report.logs import leveldb_records, read_logs, tfrecords
+from test_callbacks import callbacks, fit
+
+FORMATS = {"csv": "csv", "tensorboard": "tb", "wandb": "wandb"}
+
+
+@pytest.fixture(scope="module")
+def logged(tmp_path_factory):
+    """One short fit with every callback (figures on) and three loggers."""
+    folder = tmp_path_factory.mktemp("fit")
+    chosen = callbacks()
+    chosen[0].log_figures = chosen[1].log_figures = True
+    fit(folder, max_steps=4, cbs=chosen)
+    return folder
+
+
+def test_the_three_formats_read_back_as_one_history(logged):
+    runs = {name: read_logs(logged / folder) for name, folder in FORMATS.items()}
+    assert {run.source for run in runs.values()} == set(FORMATS)
+    reference = runs["csv"].scalars
+    assert {"mixing/train/meeting_time_median", "mixing/val/censored_fraction", "rectangle/train/prevalence",
+            "influence/train/dobrushin_tau1", "traps/val/trap_rate"} <= set(reference)
+    assert [step for step, _ in reference["mixing/train/meeting_time_median"]] == [1, 3]  # Lightning's step index
+    for name in ("tensorboard", "wandb"):
+        assert set(runs[name].scalars) == set(reference), name
+        for key, series in reference.items():
+            other = runs[name].scalars[key]
+            assert [s for s, _ in other] == [s for s, _ in series], (name, key)
+            # TensorBoard stores float32: equal to the CSV's float64 within its rounding
+            assert all(math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9) for (_, a), (_, b) in zip(series, other,
+                                                                                                   strict=True))
+    assert any(tag.startswith("mixing/survival") for tag in runs["tensorboard"].images)
+    assert any(tag.startswith("rectangle") for tag in runs["wandb"].images)
+
+
+@pytest.mark.parametrize("name", sorted(FORMATS))
+def test_report_command_renders_the_history_from_each_format(logged, tmp_path, name, capsys):
+    out = tmp_path / name
+    assert main(["report", str(logged / FORMATS[name]), "--out", str(out)]) == 0
+    history = json.loads((out / "history.json").read_text())
+    headline = {row["metric"]: row for row in history["headline"]}
+    assert headline["mixing/train/meeting_time_median"]["runs"] == 2 and history["source"] == name
+    page = (out / "report.html").read_text()
+    assert "What the run found" in page and page.count("<img") >= 4  # a figure per section, and the logged ones
+    assert "mixing/train/meeting_time_median" in capsys.readouterr().out
+
+
+def test_report_command_names_the_folder_it_cannot_read(tmp_path, capsys):
+    assert main(["report", str(tmp_path)]) == 2
+    assert "LOGDIR" in capsys.readouterr().err and str(tmp_path) in capsys.readouterr().err + str(tmp_path)
+
+
+def test_tensorboard_layout_groups_every_logged_key(logged):
+    from tensorboardX.proto.event_pb2 import Event
+    from tensorboardX.proto.layout_pb2 import Layout
+
+    events = [Event.FromString(r) for path in (logged / "tb").rglob("events.out.*") for r in tfrecords(path)]
+    layouts = [Layout.FromString(v.tensor.string_val[0]) for e in events for v in e.summary.value
+               if v.tag == "custom_scalars__config__"]
+    assert len(layouts) == 1  # written once, by the first callback, for all of them
+    categories = {c.title: [tag for chart in c.chart for tag in chart.multiline.tag] for c in layouts[0].category}
+    assert set(categories) == {"Mixing: coupled chains", "Incompatibility: rectangle test",
+                               "Influence: Dobrushin estimates", "Semantic drift", "Traps and basins"}
+    logged_keys = set(read_logs(logged / "tb").scalars)
+    patterns = [re.compile(tag) for tags in categories.values() for tag in tags]
+    assert all(any(p.fullmatch(key) for p in patterns) for key in logged_keys)  # every key has a chart
+
+
+def test_wandb_workspace_and_metric_definitions_match_the_logged_keys(logged):
+    logged_keys = set(read_logs(logged / "wandb").scalars)
+    specs = panel_specs()
+    for title, panels in specs.items():
+        for panel in panels:
+            if "y" in panel:
+                assert set(panel["y"]) <= logged_keys, (title, panel)  # no panel waits for a key never logged
+            else:
+                assert any(re.fullmatch(panel["metric_regex"], key) for key in logged_keys), (title, panel)
+    built = workspace("entity", "project")  # offline: built, not saved
+    assert [section.name for section in built.sections] == list(specs)
+    assert sum(len(section.panels) for section in built.sections) == sum(map(len, specs.values()))
+    from wandb.proto.wandb_internal_pb2 import Record
+
+    run_file = next((logged / "wandb").rglob("*.wandb"))
+    metrics = [Record.FromString(r).metric for r in leveldb_records(run_file)
+               if Record.FromString(r).WhichOneof("record_type") == "metric"]
+    defined = {m.glob_name: m.step_metric for m in metrics if m.glob_name}
+    assert {f"{group}/*" for group in ("mixing", "rectangle", "influence", "drift", "traps")} <= set(defined)
+    assert {defined[f"{group}/*"] for group in ("mixing", "traps")} == {"trainer/global_step"}
+
+
+def test_mlflow_gets_every_value_and_the_figures_as_artifacts(tmp_path, monkeypatch):
+    pytest.importorskip("mlflow")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # a local file store, as the issue asks (MLflow 3 warns)
+    import lightning as L
+    from lightning.pytorch.loggers import MLFlowLogger
+    from torch.utils.data import DataLoader
+
+    from helpers import potts_corpus
+    from mlm_dynamics.callbacks import MixingDiagnostics
+    from mlm_dynamics.training.masked_lm import MaskedDenoiserModule, tiny_bert_denoiser
+
+    logger = MLFlowLogger(experiment_name="diagnostics", tracking_uri=f"file:{tmp_path / 'mlruns'}")
+    data = potts_corpus()
+    trainer = L.Trainer(max_steps=4, logger=logger, accelerator="cpu", enable_progress_bar=False,
+                        enable_model_summary=False, limit_val_batches=1, val_check_interval=4, num_sanity_val_steps=0,
+                        callbacks=[MixingDiagnostics(every_n_train_steps=2, max_steps=15, num_starts=3,
+                                                     log_figures=True)], default_root_dir=tmp_path)
+    trainer.fit(MaskedDenoiserModule(tiny_bert_denoiser(), lr=3e-3), DataLoader(data, batch_size=8),
+                DataLoader(data[:8], batch_size=8))
+    client = logger.experiment
+    history = client.get_metric_history(logger.run_id, "mixing/train/meeting_time_median")
+    assert [point.step for point in history] == [1, 3]
+    assert client.get_metric_history(logger.run_id, "mixing/val/censored_fraction")
+    artifacts = [item.path for item in client.list_artifacts(logger.run_id, "mixing")]  # folders by tag
+    assert any(path.startswith("mixing/survival") and path.endswith(".png") for path in artifacts), artifacts
