@@ -15,16 +15,12 @@ from mlm_dynamics.training import MaskedDenoiserModule, tiny_bert_denoiser
 
 
 def tensorboard_tags(path):
-    """Scalar tags in a TFRecord event file (u64 length, u32 crc, payload, u32 crc per record)."""
+    """Scalar tags in a TensorBoard event file."""
     from tensorboardX.proto.event_pb2 import Event
 
-    data, offset, tags = path.read_bytes(), 0, set()
-    while offset < len(data):
-        length = int.from_bytes(data[offset:offset + 8], "little")
-        event = Event.FromString(data[offset + 12:offset + 12 + length])
-        tags.update(value.tag for value in event.summary.value)
-        offset += 16 + length
-    return tags
+    from mlm_dynamics.report.logs import tfrecords
+
+    return {value.tag for record in tfrecords(path) for value in Event.FromString(record).summary.value}
 
 
 def callbacks():

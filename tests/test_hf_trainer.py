@@ -153,3 +153,17 @@ def test_values_reach_tensorboard_through_report_to_and_read_back_as_the_callbac
     run = read_logs(tmp_path / "runs")  # logged as train/mixing/train/... by the integration, read back without it
     assert [step for step, _ in run.scalars["mixing/train/meeting_time_median"]] == [2, 4]
     assert "rectangle/train/prevalence" in run.scalars
+
+
+def test_a_trainer_that_only_evaluates_gets_the_validation_diagnostics(tmp_path, tokenizer):
+    torch.manual_seed(0)
+    model = BertForMaskedLM(BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1,
+                                       num_attention_heads=2, intermediate_size=64))
+    recorder = Recorder()
+    trainer = Trainer(model=model, args=TrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True,
+                                                          per_device_eval_batch_size=3),
+                      eval_dataset=[tokenizer(text) for text in TEXTS], processing_class=tokenizer,
+                      data_collator=DataCollatorForLanguageModeling(tokenizer),
+                      callbacks=[recorder, DiagnosticsCallback(start_tokens=[tokenizer(TEXTS[0])["input_ids"]])])
+    trainer.evaluate()
+    assert any("mixing/val/meeting_time_median" in logs for _, logs in recorder.logged)

@@ -109,16 +109,20 @@ class DiagnosticsCallback(TrainerCallback):
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, *,
                        model: nn.Module | None = None, processing_class: Any = None, **kwargs: Any) -> None:
         """Wrap the model, hook its inputs, check every probe against it, and restore a resumed run's state."""
-        self._handler = _calling_handler()
-        if model is None:
-            raise ValueError("DiagnosticsCallback: the Trainer passed no model")
-        self.denoiser = self.build_denoiser(model, processing_class)
-        self._hook = model.register_forward_pre_hook(self._capture, with_kwargs=True)
-        for scheduled in self.scheduled:
-            scheduled.prepare(model, self.denoiser)
+        self._hook = self._bind(model, processing_class).register_forward_pre_hook(self._capture, with_kwargs=True)
         saved = Path(str(args.output_dir)) / f"checkpoint-{state.global_step}" / STATE_FILE
         if state.global_step > 0 and saved.is_file():
             self.load_state_dict(torch.load(saved, map_location="cpu", weights_only=True))
+
+    def _bind(self, model: nn.Module | None, processing_class: Any) -> nn.Module:
+        """Find the Trainer's callback handler, wrap ``model`` and check every probe against it; the model."""
+        if model is None:
+            raise ValueError("DiagnosticsCallback: the Trainer passed no model")
+        self._handler = _calling_handler()
+        self.denoiser = self.build_denoiser(model, processing_class)
+        for scheduled in self.scheduled:
+            scheduled.prepare(model, self.denoiser)
+        return model
 
     def build_denoiser(self, model: nn.Module, processing_class: Any) -> Denoiser:
         """``denoiser_fn(model)``, or the model as a :class:`MaskedLMDenoiser` with ids from the tokenizer (a
@@ -149,9 +153,11 @@ class DiagnosticsCallback(TrainerCallback):
         self._run(due, args, state, control, model, "train")
 
     def on_evaluate(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, *,
-                    model: nn.Module | None = None, **kwargs: Any) -> None:
-        """Run the probes after an evaluation (``{group}/val/...``)."""
+                    model: nn.Module | None = None, processing_class: Any = None, **kwargs: Any) -> None:
+        """Run the probes after an evaluation (``{group}/val/...``), also of a Trainer that only evaluates."""
         due = [scheduled for scheduled in self.scheduled if scheduled.at_validation]
+        if due and self.denoiser is None:  # trainer.evaluate() without training: bind now
+            self._bind(model, processing_class)
         self._run(due, args, state, control, model, "val")
 
     def _run(self, due: list[ScheduledProbe], args: TrainingArguments, state: TrainerState, control: TrainerControl,
@@ -211,7 +217,7 @@ def _calling_handler() -> CallbackHandler | None:
     the ``self`` of the hook's caller (``CallbackHandler.call_event``); if a future transformers calls hooks
     differently, the values still go to ``state.log_history`` and a warning says that the loggers were not reached.
     """
-    frame = sys._getframe(2)  # this function <- on_train_begin <- CallbackHandler.call_event
+    frame = sys._getframe(1)  # up from the hook that asks: CallbackHandler.call_event is its caller
     while frame is not None:
         caller = frame.f_locals.get("self")
         if isinstance(caller, CallbackHandler):
