@@ -27,7 +27,7 @@ th { background: #f4f4f4; } td.text { text-align: left; }
 figure { margin: 1rem 0; } figcaption { font-size: .85rem; color: #555; }
 img { max-width: 100%; height: auto; }
 pre { background: #f7f7f7; padding: .6rem; font-size: .8rem; white-space: pre-wrap; overflow-wrap: anywhere; }
-.note { background: #fff8e1; padding: .4rem .6rem; border-left: 3px solid #f0b400; }
+.note { display: block; background: #fff8e1; padding: .4rem .6rem; border-left: 3px solid #f0b400; }
 .wide { overflow-x: auto; max-width: 100%; }
 nav.toc { background: #f7f7f9; padding: .4rem 1rem; border-radius: 4px; font-size: .9rem; }
 nav.toc ol { margin: .2rem 0; padding-left: 1.2rem; columns: 2; }
