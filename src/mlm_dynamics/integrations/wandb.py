@@ -16,12 +16,9 @@ MLflow, CSV" guide.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from ..probes.keys import headline_keys
-
-PLACEHOLDER = re.compile(r"\{[a-z]+\}")
+from ..probes.keys import headline_keys, key_regex
 
 
 def panel_specs(prefix: str = "", stage: str = "train") -> dict[str, list[dict[str, Any]]]:
@@ -32,9 +29,8 @@ def panel_specs(prefix: str = "", stage: str = "train") -> dict[str, list[dict[s
         panels: list[dict[str, Any]] = []
         for key in keys:
             name = key[len(prefix):].split("/", 2)[2]  # after {group}/{stage}/
-            if PLACEHOLDER.search(key):
-                parts = PLACEHOLDER.split(key)
-                panels.append({"title": name, "metric_regex": "^" + r"[\w.-]+".join(map(re.escape, parts)) + "$"})
+            if "{" in key:
+                panels.append({"title": name, "metric_regex": f"^{key_regex(key)}$"})
             else:
                 panels.append({"title": name, "y": [key]})
         specs[title] = panels

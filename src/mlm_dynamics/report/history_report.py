@@ -17,6 +17,7 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
+from ..probes.keys import key_regex
 from .figures import new_figure
 from .html import Section, render_html, write_figures
 from .logs import LoggedRun
@@ -39,9 +40,10 @@ HEADLINE = ["mixing/{stage}/meeting_time_median", "mixing/{stage}/censored_fract
 
 
 def matching(run: LoggedRun, template: str) -> list[str]:
-    """The logged keys that ``template`` names (``{stage}``: train, val or predict; ``{t}``: any temperature)."""
-    pattern = re.escape(template).replace(r"\{stage\}", "(train|val|predict)").replace(r"\{t\}", r"[\w.-]+")
-    return [key for key in run.scalars if re.fullmatch(pattern, key)]
+    """The logged keys that ``template`` names (``{stage}``, ``{t}``: any stage or temperature; the logged keys are
+    declared ones, whose stage is train, val or predict)."""
+    pattern = re.compile(key_regex(template))
+    return [key for key in run.scalars if pattern.fullmatch(key)]
 
 
 def history_report(run: LoggedRun) -> dict[str, Any]:

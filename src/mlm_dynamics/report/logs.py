@@ -20,18 +20,14 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..probes.keys import PROBES
+from ..probes.keys import PROBES, key_regex
 
 GROUPS = tuple(probe.group for probe in PROBES)
 
 
-def _pattern(group: str, name: str) -> str:
-    """A declared metric name as a regular expression (``{t}``, ``{name}``: placeholders filled per option)."""
-    return rf"{group}/(?:train|val|predict)/" + r"[\w.-]+".join(map(re.escape, re.split(r"\{[a-z]+\}", name)))
-
-
 # a declared key at the end of a logged name, after whatever prefix a logger or the user put before it
-_KEY = re.compile(r"(?:^|/)(" + "|".join(_pattern(p.group, k.name) for p in PROBES for k in p.keys) + r")$")
+_DECLARED = [rf"{p.group}/(?:train|val|predict)/{key_regex(k.name)}" for p in PROBES for k in p.keys]
+_KEY = re.compile(r"(?:^|/)(" + "|".join(_DECLARED) + r")$")
 
 
 @dataclass
