@@ -12,15 +12,10 @@ import os
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from mlm_dynamics.cli import JOBS, parser
-from mlm_dynamics.experiments.config import presets
+from mlm_dynamics.experiments.config import field_default, presets
 from mlm_dynamics.probes.keys import metric_key_page
-
-
-def _default(field: dataclasses.Field[Any]) -> Any:
-    return field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
 
 
 def _doc(schema: type) -> str:
@@ -41,7 +36,7 @@ def _section(schema: type, prefix: str, lines: list[str]) -> None:
     nested = []
     rows = []
     for field in dataclasses.fields(schema):
-        default = _default(field)
+        default = field_default(field)
         if dataclasses.is_dataclass(default):
             nested.append((type(default), f"{prefix}{field.name}."))
         else:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from mlm_dynamics import GlauberSampler, PairwiseMRFDenoiser
 from mlm_dynamics.experiments import ConfigError, RunConfig, load_config
-from mlm_dynamics.experiments.config import SweepConfig
+from mlm_dynamics.experiments.config import SweepConfig, field_default
 from mlm_dynamics.experiments.rectangles import RectangleTableConfig
 from mlm_dynamics.experiments.semantics import CaseStudyConfig
 from mlm_dynamics.sampling import maximal_coupling, tempered_log_probs
@@ -21,7 +21,7 @@ def keys(schema, prefix=""):
     """Every dotted key of a config dataclass."""
     out = []
     for item in dataclasses.fields(schema):
-        default = item.default_factory() if item.default_factory is not dataclasses.MISSING else item.default
+        default = field_default(item)
         if dataclasses.is_dataclass(default):
             out += keys(default, f"{prefix}{item.name}.")
         else:

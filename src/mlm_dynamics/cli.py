@@ -21,7 +21,7 @@ import torch
 
 from .experiments import ConfigError, OutputLock, RunConfig, RunInterrupted, load_config, run_chains
 from .experiments.checkpoint import checkpoint_step
-from .experiments.config import PRESETS, presets, resolve_config
+from .experiments.config import PRESETS, field_default, presets, resolve_config
 from .experiments.rectangles import RectangleTableConfig, run_rectangle_table
 from .experiments.semantics import CaseStudyConfig, run_case_study
 from .experiments.sweep import SweepConfig, run_sweep
@@ -45,7 +45,7 @@ def config_keys(schema: Any, prefix: str = "") -> list[str]:
     """``section.key = default  (type)`` lines for every field of a config dataclass, for ``--help``."""
     lines = []
     for item in dataclasses.fields(schema):
-        default = item.default_factory() if item.default_factory is not dataclasses.MISSING else item.default
+        default = field_default(item)
         if dataclasses.is_dataclass(default):
             lines += config_keys(default, f"{prefix}{item.name}.")
         else:

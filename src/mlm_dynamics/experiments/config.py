@@ -462,6 +462,11 @@ class SweepConfig:
         return {k: v for k, v in data.items() if k != "checkpoint_every"}
 
 
+def field_default(item: dataclasses.Field[Any]) -> Any:
+    """The default value of a config field (its ``default_factory()`` for lists and sections)."""
+    return item.default_factory() if item.default_factory is not dataclasses.MISSING else item.default
+
+
 def validate_sections(config: Any) -> None:
     """``section.validate(name)`` for every field of a job config that has one (keys in errors are ``name.key``)."""
     for section in dataclasses.fields(config):
@@ -624,4 +629,4 @@ __all__ = ["DISTANCES", "DTYPES", "MODEL_SOURCES", "TOY_SOURCES", "ChainsConfig"
            "ContextConfig", "CouplingConfig", "DriftSweepConfig", "GridConfig", "InfluenceConfig",
            "InfluenceSweepConfig", "LagSweepConfig", "MarginsConfig", "ModelConfig", "RectangleConfig", "RunConfig",
            "SamplerConfig", "SemanticsConfig", "StepsConfig", "SweepConfig", "SweepModelConfig", "SweepRectangleConfig",
-           "check_device", "check_seed", "load_config", "require", "to_dict", "validate_sections"]
+           "check_device", "check_seed", "field_default", "load_config", "require", "to_dict", "validate_sections"]
