@@ -30,7 +30,7 @@ def main() -> None:
     args = parser.parse_args()
     common = ["model.source=antiberty", f"model.num_layers={args.layers}", f"grid.pairs={args.pairs}",
               f"grid.max_steps={args.max_steps}", "context.window_center=100", "drift.enabled=false",
-              "influence.enabled=false", "rectangle.enabled=false", "checkpoint_every=null", "bootstrap=10"]
+              "influence.enabled=false", "rectangle.enabled=false", "checkpoint_every=null"]
     grid_overrides = [f"grid.temperatures={args.temperatures}", f"grid.lengths={args.lengths}"]
     started = time.perf_counter()
     together = run_sweep(load_config(SweepConfig, None, [*common, *grid_overrides]))

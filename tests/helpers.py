@@ -322,7 +322,7 @@ SMALL_JOBS: dict[str, tuple[str, list[str]]] = {
                                   "coupling.max_steps=4", "rectangle.pairs_per_context=1", "rectangle.num_tokens=2",
                                   "influence.max_sites=2", "semantics.reference_samples=2"]),
     "sweep": ("sweep-ising", ["grid.temperatures=[1.0, 2.0]", "grid.lengths=[4, 6]", "grid.pairs=4",
-                              "grid.max_steps=50", "bootstrap=20"]),
+                              "grid.max_steps=50"]),
     "semantics": ("english-politics", ["temperatures=[1.0]", "chains_per_temperature=2", "num_steps=4", "every=2",
                                        "dwell=2", "corpus_sentences=40", "bootstrap=20"]),
     "rectangle-table": ("rectangle-table", ["contexts=1", "pairs_per_context=1", "num_tokens=2"]),

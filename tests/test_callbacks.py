@@ -51,13 +51,16 @@ def fit(tmp_path, max_steps, ckpt_path=None, cbs=None):
 def test_fit_logs_finite_diagnostics_to_every_logger(tmp_path):
     trainer, module, cbs = fit(tmp_path, max_steps=4)
     metrics = trainer.callback_metrics
-    expected = ["mixing/{}/meeting_time_median", "mixing/{}/censored_fraction", "mixing/{}/lagged/tv_bound_t0",
+    expected = ["mixing/{}/meeting_time_median_low", "mixing/{}/censored_fraction", "mixing/{}/lagged/tv_bound_t0",
                 "rectangle/{}/prevalence", "rectangle/{}/abs_r_median", "influence/{}/dobrushin_tau1",
                 "influence/{}/tau_star_sensitivity", "drift/{}/drift_mean", "drift/{}/hamming_to_start",
                 "traps/{}/trap_rate", "traps/{}/margin_mean", "traps/{}/topic/anchor"]
     for key in expected:
         for stage in ("train", "val"):  # distinct keys per stage
             assert key.format(stage) in metrics, key.format(stage)
+    for stage in ("train", "val"):  # a median, or (censored) only its lower bound: never both, never a budget as value
+        median = f"mixing/{stage}/meeting_time_median"
+        assert (median in metrics) != (f"{median}_lower_bound" in metrics)
     for key, value in metrics.items():
         assert math.isfinite(float(value)), key  # censored and unbounded values are reported finite or not logged
         assert "@" not in key, key

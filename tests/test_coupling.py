@@ -114,12 +114,19 @@ def test_lagged_coupling_tv_bound_holds_against_exact_tv(mrf, lag):
     assert (bound.diff() <= 1e-12).all()
 
 
-def test_censored_lagged_pairs_give_the_trivial_bound(mrf):
+def test_censored_lagged_pairs_give_the_trivial_bound_at_every_t(mrf):
+    """A censored L-lag time is only known to exceed the budget: its term ceil((tau - L - t) / L)^+ is unbounded at
+    every t, so the bound is 1 everywhere, also beyond budget - L (six pairs of a cold Ising chain, none met)."""
     x0 = torch.zeros(20, 4, dtype=torch.long)
     result = lagged_meeting_times(GlauberSampler(mrf, 0.05), x0, torch.full((20, 4), 2), lag=2, max_steps=3,
                                   generator=0)
     assert result.censored.any()
-    assert result.tv_upper_bound(torch.tensor([0]))[0] == 1.0
+    assert result.tv_upper_bound(torch.tensor([0, 3, 5, 100]).tolist()).tolist() == [1.0] * 4
+    ising = PairwiseMRFDenoiser.ising_chain(8, coupling=1.0)
+    up, down = torch.ones(6, 8, dtype=torch.long), torch.zeros(6, 8, dtype=torch.long)
+    cold = lagged_meeting_times(GlauberSampler(ising, 0.1), up, down, lag=10, max_steps=20, generator=0)
+    assert cold.censored.all() and cold.budget == 30
+    assert cold.tv_upper_bound(torch.tensor([0, 30, 40, 100, 1000])).tolist() == [1.0] * 5
 
 
 def test_coupling_rejects_unsupported_samplers(mrf):

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from mlm_dynamics import GlauberSampler, PairwiseMRFDenoiser
-from mlm_dynamics.diagnostics import RectangleReport, ess, fit_by_temperature, fit_n_log_n, rhat
+from mlm_dynamics.diagnostics import RectangleReport, ess, fit_by_temperature, rhat
 from mlm_dynamics.diagnostics.meeting import MeetingTimes
 from mlm_dynamics.embedders import FunctionEmbedder, HiddenStateEmbedder, SentenceEmbedder
 from mlm_dynamics.metrics import (
@@ -68,19 +68,21 @@ def test_random_fill_distance_changes_only_the_sites():
         scale(site(0), 0)
 
 
-def test_n_log_n_fit_recovers_the_constant():
+def test_n_log_n_fit_recovers_the_constant_and_the_linear_term():
+    """Times exactly n (2.5 log n - 1): the least squares of T / n on log n give A = 2.5, B = -1 with a zero-width
+    interval; a temperature with one censored pair gets no fit at all (no hand-picked subset of lengths)."""
     ns = [8, 16, 32, 64]
-    times = [2.5 * n * math.log(n) for n in ns]
-    slope, r2 = fit_n_log_n(ns, times)
-    assert slope == pytest.approx(2.5) and r2 == pytest.approx(1.0)
-    groups = {0.5: {n: MeetingTimes(torch.tensor([t, t]), torch.tensor([False, n == 64]))
+    times = [n * (2.5 * math.log(n) - 1.0) for n in ns]
+    groups = {0.5: {n: MeetingTimes(torch.tensor([t, t], dtype=torch.float64), torch.tensor([False, False]))
                     for n, t in zip(ns, times, strict=True)}}
     fit = fit_by_temperature(groups)[0.5]
-    assert pytest.approx(2.5) == fit.C and fit.censored_fraction == 1 / 8
-    assert fit.lengths == [8, 16, 32] and fit.slope == pytest.approx(1.0)  # the censored length is left out
-    censored = {n: MeetingTimes(torch.tensor([t]), torch.tensor([True])) for n, t in zip(ns, times, strict=True)}
-    nothing = fit_by_temperature({0.5: censored})[0.5]
-    assert nothing.lengths == [] and math.isnan(nothing.C)
+    assert pytest.approx(2.5) == fit.C and pytest.approx(-1.0) == fit.B and fit.num_pairs == 8
+    assert fit.C_low == pytest.approx(2.5) and fit.C_high == pytest.approx(2.5)
+    assert fit.lengths == ns and fit.slope > 1  # a negative O(n) term makes the log-log slope exceed 1
+    one_censored = {n: MeetingTimes(torch.tensor([t, t], dtype=torch.float64), torch.tensor([False, n == 64]))
+                    for n, t in zip(ns, times, strict=True)}
+    nothing = fit_by_temperature({0.5: one_censored})[0.5]
+    assert math.isnan(nothing.C) and "n = [64]" in nothing.note and nothing.censored_fraction == 1 / 8
 
 
 def test_trap_tracker_entry_exit_dwell_and_recurrent_basins():
@@ -131,8 +133,11 @@ def test_metrics_pool_like_the_core_and_reduce_with_the_right_functions():
     meeting.update(MeetingTimes(torch.tensor([7, 9]), torch.tensor([False, True])))
     out = meeting.compute()
     pooled = MeetingTimes(torch.tensor([3, 5, 7, 9]), torch.tensor([False, False, False, True]))
-    assert out["censored_fraction"] == 0.25 and out["meeting_time_median"] == pooled.quantiles([0.5])[0] == 6.0
-    assert math.isinf(pooled.quantiles([0.9])[0]) and out["meeting_time_q90"] == out["budget"] == 9  # lower bound
+    # Kaplan-Meier: S = 3/4 after 3, 1/2 after 5 (the median), 1/4 after 7; the 90 % quantile lies beyond the censored
+    # pair, so it is missing and only its lower bound (the budget) is reported
+    assert out["censored_fraction"] == 0.25 and out["meeting_time_median"] == pooled.quantiles([0.5])[0] == 5.0
+    assert math.isinf(pooled.quantiles([0.9])[0]) and math.isnan(out["meeting_time_q90"])
+    assert out["meeting_time_q90_lower_bound"] == out["budget"] == 9
     assert meeting._reductions["times"].__name__ == "dim_zero_cat"
     tv = MeetingTimeMetric(tv_steps=(0, 4))
     tv.update(MeetingTimes(torch.tensor([2, 6, 10]), torch.tensor([False] * 3), lag=2))

@@ -21,7 +21,8 @@ class MixingDiagnostics(DiagnosticCallback):
     """Coupled chains from the batch's sequences and from random fillings: meeting times, censoring, TV bounds.
 
     Logs :class:`~mlm_dynamics.probes.MeetingTimeProbe`'s metrics under ``{prefix}mixing/{stage}/``:
-    ``meeting_time_median``, ``meeting_time_q90`` (the budget where censored), ``censored_fraction``, ``budget``,
+    ``meeting_time_median`` and ``meeting_time_q90`` with their intervals and achieved coverage (a quantile beyond
+    the budget is not logged; ``..._lower_bound`` is), the restricted mean, ``censored_fraction``, ``budget``,
     ``num_pairs``; with ``lag`` also ``lagged/...`` and ``lagged/tv_bound_t{t}`` for each ``t`` in ``t_values``.
     Cost per run: at most ``max_steps`` forwards of ``<= 2 num_starts`` rows (twice with ``lag``).
 
@@ -39,9 +40,12 @@ class MixingDiagnostics(DiagnosticCallback):
         ...                     enable_model_summary=False,
         ...                     callbacks=[MixingDiagnostics(every_n_train_steps=2, max_steps=50)])
         >>> trainer.fit(module, DataLoader(rows, batch_size=4))
-        >>> sorted(key for key in trainer.callback_metrics if key.startswith("mixing/"))
-        ['mixing/train/budget', 'mixing/train/censored_fraction', 'mixing/train/meeting_time_median', \
-'mixing/train/meeting_time_q90', 'mixing/train/num_pairs']
+        >>> metrics = trainer.callback_metrics
+        >>> float(metrics["mixing/train/num_pairs"]), float(metrics["mixing/train/meeting_time_median_confidence"])
+        (4.0, 0.875)
+        >>> median = "mixing/train/meeting_time_median"   # logged, or (censored) only its lower bound
+        >>> (median in metrics) != (f"{median}_lower_bound" in metrics)
+        True
     """
 
     def __init__(self, *, temperature: float = 1.0, max_steps: int = 200, lag: int | None = None,

@@ -1,6 +1,7 @@
 """Pure diagnostics: functions over tensors and result dataclasses, each with one ``summary() -> dict[str, float]``.
 
-Quantiles everywhere follow :mod:`.quantiles` (one convention, one naming scheme).
+Quantiles of fully observed values follow :mod:`.quantiles`; censored times (meeting, hitting, dwell) go through
+:mod:`.survival` (Kaplan-Meier quantiles with order-statistic intervals); both name keys the same way.
 """
 
 from .convergence import ess, rhat
@@ -9,32 +10,38 @@ from .margins import LocalMargins, escape_probability_bound, local_margins
 from .meeting import HittingTimes, MeetingTimes
 from .quantiles import DEFAULT_LEVELS, quantile_key, quantile_summary, quantiles
 from .rectangle import RectangleReport, float_tolerance, rectangle_grid, sample_rectangles
-from .scaling import BoundaryPoint, ScalingFit, fit_by_temperature, fit_n_log_n, fit_scaling, phase_boundary
+from .scaling import Growth, ScalingFit, SlowBracket, fit_by_temperature, fit_scaling, growth_exponent, slow_brackets
+from .survival import QuantileEstimate, SurvivalSummary, estimate_quantile, summarise_survival
 
 __all__ = [
            "DEFAULT_LEVELS",
-           "BoundaryPoint",
+           "Growth",
            "HittingTimes",
            "InfluenceEstimate",
            "LocalMargins",
            "MeetingTimes",
+           "QuantileEstimate",
            "RectangleReport",
            "ScalingFit",
+           "SlowBracket",
+           "SurvivalSummary",
            "escape_probability_bound",
            "ess",
            "estimate_influence",
+           "estimate_quantile",
            "fit_by_temperature",
-           "fit_n_log_n",
            "fit_scaling",
            "float_tolerance",
+           "growth_exponent",
            "local_margins",
            "mixing_time_bound",
-           "phase_boundary",
            "quantile_key",
            "quantile_summary",
            "quantiles",
            "rectangle_grid",
            "rhat",
            "sample_rectangles",
+           "slow_brackets",
            "softmax_tv_bound",
+           "summarise_survival",
 ]

@@ -34,7 +34,10 @@ def softmax_tv_bound(oscillation: Tensor, temperature: float) -> Tensor:
 
 
 def mixing_time_bound(dobrushin: Tensor | float, num_sites: int, eps: float = 0.25) -> Tensor:
-    """``ceil(n (log n + log 1/eps) / (1 - alpha))`` single-site steps where ``alpha < 1``, ``inf`` elsewhere."""
+    """``ceil(n (log n + log 1/eps) / (1 - alpha))`` single-site steps where ``alpha < 1``, ``inf`` elsewhere.
+
+    A bound on ``t_mix(eps)`` only when ``alpha`` is an upper bound of Dobrushin's coefficient; a sampled
+    :class:`InfluenceEstimate` is a lower estimate, so its summary does not report this value."""
     alpha = torch.as_tensor(dobrushin, dtype=torch.float64)
     bound = torch.ceil(num_sites * (math.log(num_sites) + math.log(1 / eps)) / (1 - alpha))
     return torch.where(alpha < 1, bound, torch.full_like(bound, math.inf))
@@ -96,16 +99,15 @@ class InfluenceEstimate:
         return sensitivity_contraction_temperature(self.logit_sensitivity)
 
     def summary(self) -> dict[str, float]:
-        """Per grid temperature ``t``: ``dobrushin_tau{t}``, ``row_sum_max_tau{t}``, ``mixing_time_bound_tau{t}``
-        (``inf`` where ``alpha >= 1``); ``tau_star`` (``inf`` if no grid temperature contracts) and
-        ``tau_star_sensitivity``. The sums run over :attr:`sites` only (lower estimates when they are a subset)."""
+        """Per grid temperature ``t``: ``dobrushin_tau{t}``, ``row_sum_max_tau{t}``; ``tau_star`` (``inf`` if no grid
+        temperature contracts) and ``tau_star_sensitivity``. The sums run over :attr:`sites` and the sampled contexts
+        only, so they are lower estimates of the coefficients: no mixing-time bound follows from them
+        (:func:`mixing_time_bound` needs an upper bound)."""
         out: dict[str, float] = {}
-        bounds = mixing_time_bound(self.dobrushin, len(self.sites))
-        for tau, alpha, rows, bound in zip(self.temperatures.tolist(), self.dobrushin.tolist(),
-                                           self.row_sums.amax(1).tolist(), bounds.tolist(), strict=True):
+        for tau, alpha, rows in zip(self.temperatures.tolist(), self.dobrushin.tolist(),
+                                    self.row_sums.amax(1).tolist(), strict=True):
             out[f"dobrushin_tau{tau:g}"] = alpha
             out[f"row_sum_max_tau{tau:g}"] = rows
-            out[f"mixing_time_bound_tau{tau:g}"] = bound
         out["tau_star"] = self.contraction_temperature()
         out["tau_star_sensitivity"] = self.sensitivity_temperature()
         return out

@@ -2,7 +2,14 @@
 
 By the coupling inequality ``TV(P^t(x0, .), P^t(y0, .)) <= P(T_meet > t)`` for maximally coupled chains started at
 ``x0, y0``. With an L-lag coupling (Biswas, Jacob & Vanetti 2019), ``tau = inf{t >= L : X_t = Y_{t-L}}`` and
-``X_0, Y_0 ~ mu_0``: ``TV(mu_0 P^t, pi) <= E[max(0, ceil((tau - L - t) / L))]``.
+``X_0, Y_0 ~ mu_0``: ``TV(mu_0 P^t, pi) <= E[max(0, ceil((tau - L - t) / L))] = sum_{j >= 1} P(tau > t + j L)``.
+Every term of that sum is a probability over the whole tail of ``tau``: a pair censored at the budget ``b`` has
+``tau > b`` and nothing more is known, so its term ``ceil((tau - L - t) / L)^+`` may be arbitrarily large at every
+``t``. The estimated bound is therefore 1 (no information) at every ``t`` as soon as one pair is censored, and an
+estimate of the bound (an average over pairs, not a certificate) otherwise.
+
+Summaries of the times (quantiles with intervals, the restricted mean, censoring) come from
+:mod:`.survival`, the project's one definition for censored times.
 """
 
 from __future__ import annotations
@@ -17,7 +24,8 @@ from torch import Tensor
 from .._random import Randomness
 from ..sampling.coupling import CoupledGlauberChains, CoupledState, lagged_coupling
 from ..sampling.glauber import GlauberSampler
-from .quantiles import DEFAULT_LEVELS, quantile_summary, quantiles
+from .quantiles import DEFAULT_LEVELS, check_levels
+from .survival import DEFAULT_CONFIDENCE, km_quantile, summarise_survival
 
 
 @dataclass
@@ -56,27 +64,31 @@ class MeetingTimes:
         return ((self.times[None, :] > t[:, None]) | self.censored[None, :]).float().mean(1)
 
     def quantiles(self, levels: Sequence[float] | Tensor) -> Tensor:
-        """Quantiles of ``T`` (:mod:`.quantiles` convention); ``inf`` where a quantile depends on a censored pair."""
-        return quantiles(self.times, torch.as_tensor(levels).tolist(), self.censored)
+        """Kaplan-Meier quantiles of ``T`` (:func:`~.survival.km_quantile`); ``inf`` where a quantile lies beyond the
+        censored pairs (unknown, only above the budget)."""
+        values = [km_quantile(self.times, self.censored, float(p)) for p in torch.as_tensor(levels).tolist()]
+        return torch.tensor([math.inf if flagged else value for value, flagged in values], dtype=torch.float64)
 
     def tv_upper_bound(self, t: Tensor) -> Tensor:
-        """L-lag bound ``min(1, mean max(0, ceil((tau - L - t) / L)))`` on ``TV(mu_0 P^t, pi)`` for each ``t``.
-
-        A censored pair leaves the bound unknown wherever it could contribute (``t < budget - L``); there it is 1.
-        Requires ``lag >= 1``.
-        """
+        """L-lag estimate ``min(1, mean max(0, ceil((tau - L - t) / L)))`` of a bound on ``TV(mu_0 P^t, pi)`` for
+        each ``t``; 1 at every ``t`` once any pair is censored (its term is unbounded, see the module docstring).
+        Requires ``lag >= 1``."""
         if self.lag < 1:
             raise ValueError("tv_upper_bound needs meeting times from lagged_meeting_times (lag >= 1)")
         t = torch.as_tensor(t, device=self.times.device, dtype=torch.float64)
+        if bool(self.censored.any()):
+            return torch.ones_like(t)
         excess = torch.ceil((self.times.double()[None, :] - self.lag - t[:, None]) / self.lag).clamp_min(0.0)
-        excess = torch.where(self.censored[None, :] & (excess > 0), math.inf, excess)
         return excess.mean(1).clamp_max(1.0)
 
-    def summary(self, levels: Sequence[float] = DEFAULT_LEVELS, tv_steps: Sequence[int] = ()) -> dict[str, float]:
-        """``{name}_median``, ``{name}_q90``, ... (the budget where censored), ``censored_fraction``, ``budget``,
-        ``num_pairs``; with ``tv_steps`` (lagged times only) also ``tv_bound_t{t}`` for each ``t``."""
-        out = quantile_summary(self.name, self.times, levels, self.censored, self.budget)
-        out.update(censored_fraction=self.censored_fraction, budget=self.budget, num_pairs=float(self.times.numel()))
+    def summary(self, levels: Sequence[float] = DEFAULT_LEVELS, tv_steps: Sequence[int] = (),
+                confidence: float = DEFAULT_CONFIDENCE) -> dict[str, float]:
+        """:meth:`~.survival.SurvivalSummary.summary` of the times (``{name}_median`` missing, with
+        ``{name}_median_lower_bound``, where censored; intervals with their achieved confidence; the restricted
+        mean; ``censored_fraction``, ``budget``, ``num_pairs``); with ``tv_steps`` (lagged times only) also
+        ``tv_bound_t{t}`` for each ``t``."""
+        out = summarise_survival(self.times, self.censored, self.budget, levels=check_levels(levels),
+                                 confidence=confidence).summary(self.name)
         if tv_steps:
             bounds = self.tv_upper_bound(torch.tensor(list(tv_steps)))
             out.update({f"tv_bound_t{t}": float(b) for t, b in zip(tv_steps, bounds.tolist(), strict=True)})
@@ -117,8 +129,11 @@ def meeting_times(sampler: GlauberSampler, x0: Tensor, y0: Tensor, *, max_steps:
         >>> times = meeting_times(sampler, zeros, ones, max_steps=2000, generator=0)
         >>> times.censored_fraction
         0.0
-        >>> sorted(times.summary())
-        ['budget', 'censored_fraction', 'meeting_time_median', 'meeting_time_q90', 'num_pairs']
+        >>> summary = times.summary()
+        >>> summary["num_pairs"], summary["meeting_time_median_low"] <= summary["meeting_time_median"]
+        (16.0, True)
+        >>> round(summary["meeting_time_median_confidence"], 3)  # the exact coverage of the order-statistic interval
+        0.951
     """
     chains = CoupledGlauberChains(sampler, freeze_met=freeze_met)
     state = chains.init_state(x0, y0, generator, sites=sites, site_counts=site_counts, streams=streams)

@@ -1,13 +1,12 @@
-"""The one quantile convention of the project, and the one way quantiles are named in reports and logged metrics.
+"""The quantile convention of the project for fully observed values, and the one way quantiles are named.
 
 Convention: linear interpolation between order statistics (Hyndman & Fan type 7, the default of NumPy, R and
 ``torch.quantile``): for sorted values ``v_0 <= ... <= v_{N-1}`` and level ``p``, with ``h = p (N - 1)``,
 
     Q(p) = v_floor(h) + (h - floor(h)) (v_ceil(h) - v_floor(h)).
 
-Censored values (known only to exceed a budget) enter as ``+inf``: ``Q(p)`` is ``inf`` exactly when it depends on a
-censored value, i.e. is unknown. Reports never show ``inf``: :func:`quantile_summary` writes the budget there (a
-finite lower bound) beside the censored fraction.
+Censored times (meeting and hitting times known only to exceed a budget) never come here: their quantiles are the
+Kaplan-Meier quantiles of :mod:`.survival`, reported as missing with a lower bound where unknown.
 
 Names: level 0.5 is ``{name}_median``, any other level ``{name}_q{100 p}`` (``q90``, ``q99``, ``q2.5``).
 """
@@ -36,16 +35,13 @@ def quantile_key(level: float) -> str:
     return "median" if level == 0.5 else f"q{100 * level:g}"
 
 
-def quantiles(values: Tensor, levels: Sequence[float], censored: Tensor | None = None) -> Tensor:
+def quantiles(values: Tensor, levels: Sequence[float]) -> Tensor:
     """Type-7 quantiles of ``values [..., N]`` along the last axis, shape ``[..., len(levels)]`` (float64).
 
-    ``censored [..., N]`` marks values known only to exceed the recorded one: quantiles that depend on them are
-    ``inf``. Empty inputs (``N = 0``) give ``nan``. Cost: one sort of ``N`` per leading index.
+    Empty inputs (``N = 0``) give ``nan``. Cost: one sort of ``N`` per leading index.
     """
     levels = check_levels(levels)
     data = values.double()
-    if censored is not None:
-        data = data.masked_fill(censored.bool(), math.inf)
     num = data.shape[-1]
     if num == 0:
         return torch.full((*data.shape[:-1], len(levels)), math.nan, dtype=torch.float64, device=data.device)
@@ -59,17 +55,11 @@ def quantiles(values: Tensor, levels: Sequence[float], censored: Tensor | None =
     return torch.where((upper == lower) | (weight == 0), lower, lower + weight * (upper - lower))
 
 
-def quantile_summary(name: str, values: Tensor, levels: Sequence[float] = DEFAULT_LEVELS,
-                     censored: Tensor | None = None, budget: float | None = None) -> dict[str, float]:
-    """``{f"{name}_{quantile_key(p)}": Q(p)}`` for 1-D ``values``; unknown (censored) quantiles become ``budget``."""
+def quantile_summary(name: str, values: Tensor, levels: Sequence[float] = DEFAULT_LEVELS) -> dict[str, float]:
+    """``{f"{name}_{quantile_key(p)}": Q(p)}`` for 1-D fully observed ``values``."""
     levels = check_levels(levels)
-    if censored is not None and budget is None:
-        raise ValueError("budget is required with censored values (reports never hold inf)")
-    result = quantiles(values.flatten(), levels, None if censored is None else censored.flatten())
-    out = {}
-    for level, value in zip(levels, result.tolist(), strict=True):
-        out[f"{name}_{quantile_key(level)}"] = float(budget) if math.isinf(value) and budget is not None else value
-    return out
+    result = quantiles(values.flatten(), levels)
+    return {f"{name}_{quantile_key(level)}": value for level, value in zip(levels, result.tolist(), strict=True)}
 
 
 __all__ = ["DEFAULT_LEVELS", "check_levels", "quantile_key", "quantile_summary", "quantiles"]

@@ -1,180 +1,236 @@
-"""Scaling of meeting and hitting times with the number of sites, and the phase boundary in (tau, n).
+"""How meeting times grow with the number of sites: ``C(tau)``, growth exponents, and where the slow region lies.
 
-Fast mixing predicts ``E T = C(tau) n log n`` with bounded ``C(tau)``. :func:`fit_n_log_n` estimates
-``C = sum_k T_k s_k / sum_k s_k^2`` with ``s_k = n_k log n_k`` (least squares through the origin) and the coefficient
-of determination ``R^2 = 1 - sum (T_k - C s_k)^2 / sum (T_k - mean T)^2``; :func:`fit_log_log` the slope of
-``log T`` against ``log(n log n)``, about 1 where the O(n log n) claim holds. :func:`fit_scaling` fits the mean times
-of the lengths whose pairs all met (a censored mean is only a lower bound, so censored lengths are left out) and gives
-percentile bootstrap intervals over pairs.
+Fast mixing predicts ``E T = n (A log n + B)``: the coupling of ``n`` sites completes after about ``log n`` sweeps of
+the slowest mode, so ``A = C(tau)`` is the ``n log n`` constant and ``B`` an ``O(n)`` term, often negative at small
+``n`` (on the 1-D Ising chain ``A = 1 / (1 - tanh(2 J / tau))``). :func:`fit_scaling` estimates both by least squares
+of ``T / n`` on ``log n`` over every pair, and the log-log slope of ``T`` against ``n log n`` (about 1 where mixing is
+``O(n log n)``), each with a Student-t interval over the pairs. A censored time is only a lower bound, so a
+temperature with any censored pair gets no fit (never a fit on a hand-picked subset of its lengths).
 
-The phase boundary ``tau_c(n)`` is where the censored fraction of the meeting times crosses 1/2 (equivalently, the
-Kaplan-Meier median crosses the budget), interpolated linearly in ``log tau`` between grid temperatures;
-:func:`boundary_interval` adds a bootstrap interval over pairs.
+Growth between two lengths ``n1 < n2`` is the exponent ``k = log(Q2 / Q1) / log(n2 / n1)`` of a quantile ``Q`` of
+the meeting times (``T ~ n^k``): about 1.3-1.6 for ``n log n`` at small ``n``, at most about 3 for a chain whose
+slowness is polynomial (the 1-D Ising chain below its correlation length, ``n^2 e^{2J/tau}`` to ``n^3``), and
+unbounded for metastable chains whose escape time grows exponentially in ``n`` (Curie-Weiss below ``tau = J``).
+:func:`growth_exponent` bounds ``k`` with the one-sided order-statistic bounds of :mod:`.survival`, which hold under
+censoring: a censored quantile at the larger length contributes its lower bound, so a budget never fakes growth.
+
+The slow region at one length is bracketed without the budget (:func:`slow_bracket`): a temperature is slow when its
+median meeting time is at least :data:`SLOW_FACTOR` times the one at the highest grid temperature (same length),
+fast when it is confidently below that.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import torch
+from scipy import stats
 from torch import Tensor
 
-from .._random import Randomness, as_generator
 from .meeting import MeetingTimes
-from .quantiles import quantiles
+from .survival import DEFAULT_CONFIDENCE, quantile_bounds
+
+SLOW_FACTOR = 10.0  # slow: a median meeting time at least this many times the highest grid temperature's
 
 
-def fit_n_log_n(num_sites: Sequence[int], mean_times: Sequence[float]) -> tuple[float, float]:
-    """``(C, R^2)`` of the fit ``T = C n log n`` through the origin (``R^2`` is ``nan`` for a single point)."""
-    n = torch.tensor(list(num_sites), dtype=torch.float64)
-    times = torch.tensor(list(mean_times), dtype=torch.float64)
-    if len(n) != len(times) or len(n) == 0 or (n < 2).any():
-        raise ValueError("num_sites and mean_times must be equal-length, non-empty, with every n >= 2")
-    scale = n * n.log()
-    slope = float((times * scale).sum() / (scale * scale).sum())
-    residual = ((times - slope * scale) ** 2).sum()
-    total = ((times - times.mean()) ** 2).sum()
-    r_squared = float(1 - residual / total) if total > 0 else math.nan
-    return slope, r_squared
-
-
-def fit_log_log(num_sites: Sequence[int], mean_times: Sequence[float]) -> float:
-    """Least-squares slope of ``log T`` against ``log(n log n)`` (``nan`` for fewer than two lengths)."""
-    if len(num_sites) < 2:
-        return math.nan
-    n = torch.tensor(list(num_sites), dtype=torch.float64)
-    x, y = (n * n.log()).log(), torch.tensor(list(mean_times), dtype=torch.float64).log()
-    x, y = x - x.mean(), y - y.mean()
-    return float((x * y).sum() / (x * x).sum())
+def _least_squares(x: Tensor, y: Tensor, confidence: float) -> tuple[float, float, float, float]:
+    """``(slope, intercept, slope_low, slope_high)`` of ``y = slope x + intercept``, Student-t interval at
+    ``confidence`` with ``N - 2`` degrees of freedom (``nan`` interval for ``N < 3`` or no spread in ``x``)."""
+    x_centred = x - x.mean()
+    spread = float((x_centred * x_centred).sum())
+    if spread <= 0:
+        return math.nan, math.nan, math.nan, math.nan
+    slope = float((x_centred * (y - y.mean())).sum()) / spread
+    intercept = float(y.mean()) - slope * float(x.mean())
+    dof = len(x) - 2
+    if dof < 1:
+        return slope, intercept, math.nan, math.nan
+    residual = y - (slope * x + intercept)
+    error = math.sqrt(float((residual * residual).sum()) / dof / spread)
+    half = float(stats.t.ppf((1 + confidence) / 2, dof)) * error
+    return slope, intercept, slope - half, slope + half
 
 
 @dataclass
 class ScalingFit:
-    """``E T = C n log n`` at one temperature, on the lengths whose pairs all met.
+    """``T = n (A log n + B)`` and the log-log slope at one temperature, fitted on every pair of every length.
 
     Attributes:
-        C, C_low, C_high: the fitted constant and its percentile bootstrap interval (``level``); ``nan`` without an
-            uncensored length.
-        r2: coefficient of determination of the fit (``nan`` for one length).
-        slope, slope_low, slope_high: slope of ``log T`` against ``log(n log n)`` and its interval (about 1 where
-            ``T`` grows like ``n log n``; ``nan`` for fewer than two lengths).
+        C, C_low, C_high: ``A``, the ``n log n`` constant ``C(tau)``, with its Student-t interval at ``confidence``;
+            ``nan`` without a fit (see ``note``).
+        B: the ``O(n)`` term.
+        slope, slope_low, slope_high: least-squares slope of ``log T`` against ``log(n log n)`` over the pairs, with
+            its interval (1 for ``T`` proportional to ``n log n``).
+        confidence: the confidence of both intervals.
         censored_fraction: fraction of censored pairs over every length of the temperature.
-        lengths: the lengths fitted (every pair met).
-        mean_times: mean time per fitted length.
+        lengths, num_pairs: the lengths and the number of pairs fitted.
+        mean_times: mean time per length (uncensored temperatures only).
+        note: why there is no fit, if there is none.
     """
 
     C: float
     C_low: float
     C_high: float
-    r2: float
+    B: float
     slope: float
     slope_low: float
     slope_high: float
+    confidence: float
     censored_fraction: float
     lengths: list[int]
-    mean_times: dict[int, float]
+    num_pairs: int
+    mean_times: dict[int, float] = field(default_factory=dict)
+    note: str = ""
 
     def summary(self) -> dict[str, float]:
-        """``C_tau``, its interval, ``slope`` and the number of lengths fitted, flat for logging."""
-        return {"C": self.C, "C_low": self.C_low, "C_high": self.C_high, "r2": self.r2, "slope": self.slope,
-                "slope_low": self.slope_low, "slope_high": self.slope_high,
-                "censored_fraction": self.censored_fraction, "lengths_fitted": float(len(self.lengths))}
+        """``C``, its interval, ``B``, the slope and its interval, the censored fraction and the pairs fitted."""
+        return {"C": self.C, "C_low": self.C_low, "C_high": self.C_high, "B": self.B, "slope": self.slope,
+                "slope_low": self.slope_low, "slope_high": self.slope_high, "confidence": self.confidence,
+                "censored_fraction": self.censored_fraction, "lengths_fitted": float(len(self.lengths)),
+                "num_pairs": float(self.num_pairs)}
 
 
-def fit_scaling(times_by_length: Mapping[int, MeetingTimes], *, num_bootstrap: int = 200, level: float = 0.95,
-                generator: Randomness = 0) -> ScalingFit:
-    """Fit ``C`` (and the log-log slope) to the mean times of the uncensored lengths, with a bootstrap over pairs
-    within each length drawn from ``generator`` (a ``torch.Generator``, or an int seed for one)."""
+def fit_scaling(times_by_length: Mapping[int, MeetingTimes], *,
+                confidence: float = DEFAULT_CONFIDENCE) -> ScalingFit:
+    """Least-squares fits of ``T / n = A log n + B`` and of ``log T = slope log(n log n) + c`` over every pair of
+    ``times_by_length`` (``{n: times}``), with Student-t intervals (``N - 2`` degrees of freedom for ``N`` pairs).
+    No fit (``nan``, with a ``note``) when a pair is censored, fewer than two lengths have ``n >= 2``, or there are
+    fewer than three pairs."""
     if not times_by_length:
         raise ValueError("times_by_length must hold at least one length")
-    if num_bootstrap < 1 or not 0 < level < 1:
-        raise ValueError(f"num_bootstrap must be >= 1 and level in (0, 1), got {num_bootstrap}, {level}")
-    censored = float(torch.cat([t.censored.float().cpu() for t in times_by_length.values()]).mean())
-    lengths = sorted(n for n, t in times_by_length.items() if t.times.numel() and not t.censored.any())
-    if not lengths:
-        return ScalingFit(math.nan, math.nan, math.nan, math.nan, math.nan, math.nan, math.nan, censored, [], {})
-    samples = [times_by_length[n].times.double().cpu() for n in lengths]
-    means = [float(t.mean()) for t in samples]
-    constant, r_squared = fit_n_log_n(lengths, means)
-    generator = as_generator(generator)
-    scale = torch.tensor([n * math.log(n) for n in lengths], dtype=torch.float64)
-    resampled = torch.stack([t[torch.randint(len(t), (num_bootstrap, len(t)), generator=generator)].mean(1)
-                             for t in samples], 1)  # [B, lengths]
-    bounds = [(1 - level) / 2, (1 + level) / 2]
-    constants = (resampled * scale).sum(1) / (scale * scale).sum()
-    low, high = quantiles(constants, bounds).tolist()
-    slope = slope_low = slope_high = math.nan
-    if len(lengths) >= 2:
-        slope = fit_log_log(lengths, means)
-        centred = scale.log() - scale.log().mean()
-        logs = resampled.clamp_min(1e-12).log()
-        slopes = ((logs - logs.mean(1, keepdim=True)) * centred).sum(1) / (centred * centred).sum()
-        slope_low, slope_high = quantiles(slopes, bounds).tolist()
-    return ScalingFit(C=constant, C_low=low, C_high=high, r2=r_squared, slope=slope, slope_low=slope_low,
-                      slope_high=slope_high, censored_fraction=censored, lengths=lengths,
-                      mean_times=dict(zip(lengths, means, strict=True)))
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    lengths = sorted(n for n, t in times_by_length.items() if t.times.numel())
+    flags = torch.cat([times_by_length[n].censored.bool().cpu() for n in lengths]) if lengths else torch.zeros(0)
+    censored = float(flags.double().mean()) if flags.numel() else math.nan
+    empty = ScalingFit(math.nan, math.nan, math.nan, math.nan, math.nan, math.nan, math.nan, confidence, censored,
+                       lengths, int(flags.numel()))
+    if flags.any():
+        cut = [n for n in lengths if times_by_length[n].censored.any()]
+        empty.note = f"censored pairs at n = {cut}: their times are lower bounds, so no mean and no fit"
+        return empty
+    if len([n for n in lengths if n >= 2]) < 2 or flags.numel() < 3:
+        empty.note = "a fit needs at least two lengths n >= 2 and three pairs"
+        return empty
+    n = torch.cat([torch.full((times_by_length[k].times.numel(),), float(k), dtype=torch.float64) for k in lengths])
+    times = torch.cat([times_by_length[k].times.double().cpu() for k in lengths]).clamp_min(1.0)
+    constant, offset, constant_low, constant_high = _least_squares(n.log(), times / n, confidence)
+    slope, _, slope_low, slope_high = _least_squares((n * n.log()).log(), times.log(), confidence)
+    means = {k: float(times_by_length[k].times.double().mean()) for k in lengths}
+    return ScalingFit(C=constant, C_low=constant_low, C_high=constant_high, B=offset, slope=slope,
+                      slope_low=slope_low, slope_high=slope_high, confidence=confidence, censored_fraction=censored,
+                      lengths=lengths, num_pairs=int(n.numel()), mean_times=means)
 
 
-def fit_by_temperature(times: Mapping[float, Mapping[int, MeetingTimes]], *, num_bootstrap: int = 200,
-                       level: float = 0.95, generator: Randomness = 0) -> dict[float, ScalingFit]:
-    """:func:`fit_scaling` for each temperature of ``{tau: {n: times}}``; an int seed seeds each temperature's
-    bootstrap afresh (a temperature's fit does not depend on the others), a generator is drawn from in turn."""
-    return {tau: fit_scaling(by_n, num_bootstrap=num_bootstrap, level=level, generator=generator)
-            for tau, by_n in sorted(times.items())}
+def fit_by_temperature(times: Mapping[float, Mapping[int, MeetingTimes]], *,
+                       confidence: float = DEFAULT_CONFIDENCE) -> dict[float, ScalingFit]:
+    """:func:`fit_scaling` for each temperature of ``{tau: {n: times}}``."""
+    return {tau: fit_scaling(by_n, confidence=confidence) for tau, by_n in sorted(times.items())}
 
 
-@dataclass
-class BoundaryPoint:
-    """``tau_c`` for one length: ``status`` is ``interpolated``, ``below_grid`` (every grid temperature mixes within
-    the budget) or ``above_grid`` (none does); ``temperature`` is ``nan`` unless interpolated. ``low``, ``high``: a
-    bootstrap interval over pairs (:func:`boundary_interval`), ``0`` where it reaches below the grid and ``inf``
-    above it (``nan`` before one is computed)."""
+@dataclass(frozen=True)
+class Growth:
+    """The exponent ``k`` of ``Q(level) ~ n^k`` between two lengths at one temperature.
+
+    Attributes:
+        temperature, small, large: the temperature and the two lengths.
+        exponent: ``log(Q2 / Q1) / log(n2 / n1)`` of the Kaplan-Meier quantiles (``nan`` where one is censored).
+        low, high: bounds from the one-sided order-statistic bounds of both quantiles, each at ``confidence``
+            (``-inf`` / ``inf`` where the data bound nothing); both hold together with probability at least
+            ``1 - 4 (1 - confidence)``.
+    """
+
+    temperature: float
+    small: int
+    large: int
+    level: float
+    exponent: float
+    low: float
+    high: float
+    confidence: float
+
+    def describe(self) -> str:
+        """``n=4->16: k 2.9 [1.2, 4.6]`` (``k >= ...`` where the larger quantile is censored)."""
+        point = "unknown" if math.isnan(self.exponent) else f"{self.exponent:.2f}"
+        return f"n={self.small}->{self.large}: k {point} [{self.low:.2f}, {self.high:.2f}]"
+
+
+def growth_exponent(small: MeetingTimes, large: MeetingTimes, num_small: int, num_large: int, *, temperature: float,
+                    level: float, confidence: float) -> Growth:
+    """:class:`Growth` of the ``level`` quantile from ``small`` (``num_small`` sites) to ``large``; each cell's bound
+    holds with probability at least ``confidence`` (see :func:`~.survival.quantile_bounds`)."""
+    if not 2 <= num_small < num_large:
+        raise ValueError(f"lengths must satisfy 2 <= small < large, got {num_small}, {num_large}")
+    scale = math.log(num_large / num_small)
+    q_small = small.quantiles([level])[0].item()
+    q_large = large.quantiles([level])[0].item()
+    low_small, high_small = quantile_bounds(small.times, small.censored, level, confidence)
+    low_large, high_large = quantile_bounds(large.times, large.censored, level, confidence)
+
+    def ratio(top: float, bottom: float) -> float:
+        if bottom <= 0 or math.isinf(top):
+            return math.inf
+        return -math.inf if top <= 0 or math.isinf(bottom) else math.log(top / bottom) / scale
+
+    exponent = math.nan if math.isinf(q_small) or math.isinf(q_large) else ratio(max(q_large, 1), max(q_small, 1))
+    return Growth(temperature=temperature, small=num_small, large=num_large, level=level, exponent=exponent,
+                  low=ratio(max(low_large, 1), high_small), high=ratio(high_large, max(low_small, 1)),
+                  confidence=confidence)
+
+
+@dataclass(frozen=True)
+class SlowBracket:
+    """Where the slow region ends at one length: every temperature up to ``slow_up_to`` is confidently slow (median
+    at least :data:`SLOW_FACTOR` times the highest grid temperature's), ``fast_from`` is the lowest temperature above
+    it that is confidently not; ``0``: no grid temperature is confidently slow, ``inf``: none above is confidently
+    fast. Each statement holds with probability at least ``confidence``."""
 
     num_sites: int
-    temperature: float
-    status: str
-    low: float = math.nan
-    high: float = math.nan
+    slow_up_to: float
+    fast_from: float
+    confidence: float
+
+    def describe(self) -> str:
+        """``n=8: slow up to 0.5, fast from 1`` in words."""
+        slow = "no temperature confidently slow" if self.slow_up_to == 0 else f"slow up to tau={self.slow_up_to:g}"
+        fast = ("none above confidently fast (below the highest temperature)" if math.isinf(self.fast_from)
+                else f"fast (< {SLOW_FACTOR:g}x) from tau={self.fast_from:g}")
+        return f"n={self.num_sites}: {slow}, {fast}"
 
 
-def phase_boundary(num_sites: int, temperatures: Sequence[float], censored_fractions: Sequence[float],
-                   level: float = 0.5) -> BoundaryPoint:
-    """Where the censored fraction crosses ``level`` going up in temperature, interpolated in ``log tau``.
-
-    With a non-monotone curve the crossing at the highest temperature is used (the last grid point still trapped).
-    """
-    pairs = sorted(zip(temperatures, censored_fractions, strict=True))
-    taus = [t for t, _ in pairs]
-    fractions = [f for _, f in pairs]
-    above = [k for k, f in enumerate(fractions) if f >= level]
-    if not above:
-        return BoundaryPoint(num_sites, math.nan, "below_grid")
-    last = above[-1]
-    if last == len(taus) - 1:
-        return BoundaryPoint(num_sites, math.nan, "above_grid")
-    lo, hi = math.log(taus[last]), math.log(taus[last + 1])
-    weight = (fractions[last] - level) / (fractions[last] - fractions[last + 1])
-    return BoundaryPoint(num_sites, math.exp(lo + weight * (hi - lo)), "interpolated")
-
-
-def boundary_interval(num_sites: int, temperatures: Sequence[float], censored: Sequence[Tensor], *,
-                      replicates: int = 200, level: float = 0.95, generator: Randomness = 0) -> BoundaryPoint:
-    """:func:`phase_boundary` of the censoring flags ``censored[k] [P_k]`` of each temperature, with a percentile
-    bootstrap interval: pairs are resampled within each cell, and a replicate below the grid counts as ``tau_c = 0``,
-    above it as ``inf``; ``generator`` draws the resamples (a ``torch.Generator``, or an int seed for one)."""
-    point = phase_boundary(num_sites, temperatures, [float(c.double().mean()) for c in censored])
-    generator = as_generator(generator)
-    values = []
-    for _ in range(replicates):
-        fractions = [float(c[torch.randint(len(c), (len(c),), generator=generator)].double().mean()) for c in censored]
-        replicate = phase_boundary(num_sites, temperatures, fractions)
-        values.append({"below_grid": 0.0, "above_grid": math.inf}.get(replicate.status, replicate.temperature))
-    low, high = quantiles(torch.tensor(values, dtype=torch.float64), [(1 - level) / 2, (1 + level) / 2]).tolist()
-    point.low, point.high = low, high
-    return point
+def slow_bracket(num_sites: int, times_by_temperature: Mapping[float, MeetingTimes], *,
+                 confidence: float = DEFAULT_CONFIDENCE) -> SlowBracket:
+    """:class:`SlowBracket` at one length from the median meeting times of each temperature (``{tau: times}``,
+    the highest temperature the reference). Each comparison uses one-sided median bounds of the two cells at
+    ``(1 + confidence) / 2``; cells share random numbers across temperatures, which union bounds allow."""
+    taus = sorted(times_by_temperature)
+    side = (1 + confidence) / 2
+    reference = times_by_temperature[taus[-1]]
+    ref_low, ref_high = quantile_bounds(reference.times, reference.censored, 0.5, side)
+    slow_up_to, fast_from = 0.0, math.inf
+    for tau in taus[:-1]:
+        times = times_by_temperature[tau]
+        low, high = quantile_bounds(times.times, times.censored, 0.5, side)
+        if math.isfinite(ref_high) and low >= SLOW_FACTOR * max(ref_high, 1):
+            slow_up_to, fast_from = tau, math.inf
+        elif math.isinf(fast_from) and high < SLOW_FACTOR * max(ref_low, 1) and tau > slow_up_to:
+            fast_from = tau
+    return SlowBracket(num_sites=num_sites, slow_up_to=slow_up_to, fast_from=fast_from, confidence=confidence)
 
 
-__all__ = ["BoundaryPoint", "ScalingFit", "boundary_interval", "fit_by_temperature", "fit_log_log", "fit_n_log_n",
-           "fit_scaling", "phase_boundary"]
+def slow_brackets(times: Mapping[tuple[float, int], MeetingTimes], *,
+                  confidence: float = DEFAULT_CONFIDENCE) -> list[SlowBracket]:
+    """:func:`slow_bracket` for each length of ``{(tau, n): times}`` (lengths with at least two temperatures)."""
+    lengths = sorted({n for _, n in times})
+    out = []
+    for n in lengths:
+        column = {tau: t for (tau, m), t in times.items() if m == n}
+        if len(column) >= 2:
+            out.append(slow_bracket(n, column, confidence=confidence))
+    return out
+
+
+__all__ = ["SLOW_FACTOR", "Growth", "ScalingFit", "SlowBracket", "fit_by_temperature", "fit_scaling",
+           "growth_exponent", "slow_bracket", "slow_brackets"]

@@ -2,13 +2,13 @@
 
 A cell holds the raw meeting times of its pairs (censored ones at the budget, with their flags), the start kind of
 each pair, the resampled positions, drift hitting times, the change rate and optional L-lag times. Its summaries are
-censoring-aware (:mod:`.survival`): the Kaplan-Meier median with an interval, the restricted mean up to the budget
-with an interval, for all pairs and for each start kind separately (a pair from the natural start against a random
-filling, and one from two random fillings, can behave differently at low temperature). The interval's bootstrap is
-seeded by the cell's own values, so a cell's summaries do not depend on the rest of the grid.
+censoring-aware (:mod:`.survival`): Kaplan-Meier quantiles with order-statistic intervals (a censored quantile is a
+lower bound, never a value) and the restricted mean up to the budget with its interval, for all pairs and for each
+start kind separately (a pair from the natural start against a random filling, and one from two random fillings, can
+behave differently at low temperature). They are deterministic functions of the cell's own times.
 
-:func:`analyse_grid` fits ``C(tau) n log n`` per temperature on the lengths whose pairs all met, and the phase
-boundary ``tau_c(n)`` with a bootstrap interval.
+:func:`analyse_grid` fits ``T = n (C(tau) log n + B)`` per temperature whose pairs all met, and brackets the slow
+region at each length (:func:`~.scaling.slow_brackets`).
 """
 
 from __future__ import annotations
@@ -20,11 +20,10 @@ from typing import Any
 
 from torch import Tensor
 
-from .._random import Randomness, as_generator
 from ..sampling.grid import START_KINDS
 from .meeting import HittingTimes, MeetingTimes
-from .scaling import BoundaryPoint, ScalingFit, boundary_interval, fit_by_temperature, fit_scaling
-from .survival import SurvivalSummary, summarise_survival
+from .scaling import ScalingFit, SlowBracket, fit_by_temperature, fit_scaling, slow_brackets
+from .survival import DEFAULT_CONFIDENCE, SurvivalSummary, estimate_quantile, summarise_survival
 
 
 @dataclass
@@ -53,15 +52,13 @@ class SweepCell:
     survival: SurvivalSummary | None = None
     by_kind: dict[str, SurvivalSummary] = field(default_factory=dict)
 
-    def summarise(self, replicates: int, generator: Randomness = 0) -> None:
-        """Fill :attr:`survival` and :attr:`by_kind`; the bootstrap draws from the stream of ``generator`` (an int
-        seed, or one draw of a ``torch.Generator``) and the cell's own temperature and length."""
+    def summarise(self, confidence: float = DEFAULT_CONFIDENCE) -> None:
+        """Fill :attr:`survival` and :attr:`by_kind` (intervals at ``confidence``)."""
         budget = self.meeting.budget
-        generator = as_generator(generator, float(self.temperature), self.num_sites)
         times, censored = self.meeting.times, self.meeting.censored
-        self.survival = summarise_survival(times, censored, budget, replicates=replicates, generator=generator)
+        self.survival = summarise_survival(times, censored, budget, confidence=confidence)
         self.by_kind = {name: summarise_survival(times[self.kinds == k], censored[self.kinds == k], budget,
-                                                 replicates=replicates, generator=generator)
+                                                 confidence=confidence)
                         for k, name in enumerate(START_KINDS) if (self.kinds == k).any()}
 
     def state_dict(self) -> dict[str, Any]:
@@ -90,21 +87,22 @@ class SweepCell:
         return self.num_sites * math.log(self.num_sites)
 
     def summary(self, tv_steps: Sequence[int] = ()) -> dict[str, float]:
-        """The cell's row: quantiles and censoring (:meth:`MeetingTimes.summary`), the censoring-aware summaries of
-        all pairs and of each start kind (``{kind}/...``), the restricted mean over ``n log n``, hitting times and
-        TV bounds."""
-        out = {"temperature": self.temperature, "num_sites": float(self.num_sites), **self.meeting.summary()}
-        out["meeting_time_mean"] = float(self.meeting.times.double().mean())
+        """The cell's row: the censoring-aware summary of all pairs (:meth:`~.survival.SurvivalSummary.summary`) and
+        of each start kind (``{kind}/...``), the median and restricted mean over ``n log n``, hitting-time medians
+        per threshold (``hitting_time_median_d{d}``, missing with ``..._lower_bound_d{d}`` where censored), the change
+        rate and TV bounds."""
+        out = {"temperature": self.temperature, "num_sites": float(self.num_sites)}
         if self.survival is not None:
             out.update(self.survival.summary())
-            out["restricted_mean_over_n_log_n"] = self.survival.restricted_mean / self.n_log_n
+            out["meeting_time_median_over_n_log_n"] = self.survival.median.value / self.n_log_n
+            out["meeting_time_restricted_mean_over_n_log_n"] = self.survival.restricted_mean / self.n_log_n
         for kind, summary in self.by_kind.items():
             out.update({f"{kind}/{key}": value for key, value in summary.summary().items()})
         out["change_rate"] = self.change_rate
         for threshold, times in self.hitting.items():
-            hit = times.summary((0.5,))
-            out[f"hitting_time_median_d{threshold:g}"] = hit["hitting_time_median"]
-            out[f"hitting_censored_fraction_d{threshold:g}"] = hit["censored_fraction"]
+            median = estimate_quantile(times.times, times.censored, 0.5)
+            out.update({f"{key}_d{threshold:g}": value for key, value in median.summary("hitting_time").items()})
+            out[f"hitting_censored_fraction_d{threshold:g}"] = times.censored_fraction
         if self.lagged is not None:
             out.update({k: v for k, v in self.lagged.summary(tv_steps=tv_steps).items() if k.startswith("tv_bound")})
         return out
@@ -112,32 +110,27 @@ class SweepCell:
 
 @dataclass
 class GridAnalysis:
-    """Per temperature the ``C(tau)`` fits of meeting (and drift hitting) times; per length the boundary."""
+    """Per temperature the ``C(tau)`` fits of meeting (and drift hitting) times; per length the slow region."""
 
     fits: dict[float, ScalingFit]
     hitting_fits: dict[float, dict[float, ScalingFit]]
-    boundary: list[BoundaryPoint]
+    brackets: list[SlowBracket]
 
 
-def analyse_grid(cells: Sequence[SweepCell], *, thresholds: Sequence[float] = (), bootstrap: int = 200,
-                 generator: Randomness = 0) -> GridAnalysis:
-    """Fits per temperature on the uncensored lengths, and ``tau_c(n)`` with its bootstrap interval per length
-    (bootstraps drawn from ``generator``: with an int seed each fit and interval is seeded afresh)."""
+def analyse_grid(cells: Sequence[SweepCell], *, thresholds: Sequence[float] = (),
+                 confidence: float = DEFAULT_CONFIDENCE) -> GridAnalysis:
+    """Fits per temperature (:func:`~.scaling.fit_scaling`) and the slow region per length
+    (:func:`~.scaling.slow_brackets`), intervals at ``confidence``."""
     temperatures = sorted({c.temperature for c in cells})
-    lengths = sorted({c.num_sites for c in cells})
     rows = {tau: [c for c in cells if c.temperature == tau] for tau in temperatures}
     fits = fit_by_temperature({tau: {c.num_sites: c.meeting for c in row} for tau, row in rows.items()},
-                              num_bootstrap=bootstrap, generator=generator)
+                              confidence=confidence)
     hitting_fits = {tau: {threshold: fit_scaling({c.num_sites: c.hitting[threshold] for c in row},
-                                                 num_bootstrap=bootstrap, generator=generator)
+                                                 confidence=confidence)
                           for threshold in thresholds}
                     for tau, row in rows.items() if thresholds and all(c.hitting for c in row)}
-    boundary = []
-    for n in lengths:
-        column = sorted((c for c in cells if c.num_sites == n), key=lambda c: c.temperature)
-        boundary.append(boundary_interval(n, [c.temperature for c in column], [c.meeting.censored for c in column],
-                                          replicates=bootstrap, generator=generator))
-    return GridAnalysis(fits=fits, hitting_fits=hitting_fits, boundary=boundary)
+    brackets = slow_brackets({(c.temperature, c.num_sites): c.meeting for c in cells}, confidence=confidence)
+    return GridAnalysis(fits=fits, hitting_fits=hitting_fits, brackets=brackets)
 
 
 __all__ = ["GridAnalysis", "SweepCell", "analyse_grid"]

@@ -2,15 +2,29 @@
 
 from __future__ import annotations
 
+import datetime
+import hashlib
+import platform
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
+import transformers
 from torch import Tensor
 
+from .._version import __version__
 from ..models.base import Denoiser
 from ..models.huggingface import MaskedLMDenoiser, TextCodec
-from ..models.pretrained import EXAMPLE_ANTIBODIES, ResidueCodec, load_antiberty, load_english_mlm
-from .config import DTYPES, ConfigError, ModelConfig, check_device
+from ..models.pretrained import (
+    EXAMPLE_ANTIBODIES,
+    ResidueCodec,
+    antiberty_weights_dir,
+    english_mlm_dir,
+    load_antiberty,
+    load_english_mlm,
+)
+from .config import DTYPES, TOY_SOURCES, ConfigError, ModelConfig, check_device
 
 Codec = TextCodec | ResidueCodec
 
@@ -89,4 +103,35 @@ def window_sites(denoiser: Denoiser, tokens: Tensor, window: Sequence[int] | Non
     return sites[:, start:stop]
 
 
-__all__ = ["Codec", "build_model", "crop_context", "start_tokens", "window_sites"]
+def weights_digest(directory: Path) -> str:
+    """First 16 hex digits of the SHA-256 of the weight files (``*.safetensors``, ``*.bin``) in ``directory``, in
+    name order; ``""`` when there are none."""
+    digest = hashlib.sha256()
+    files = sorted(p for p in directory.glob("*") if p.suffix in (".safetensors", ".bin"))
+    for path in files:
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()[:16] if files else ""
+
+
+def provenance(spec: ModelConfig, denoiser: Denoiser) -> dict[str, str]:
+    """Where a result comes from: the model (source, name or path, weights digest where the weights are local), the
+    package and library versions, the device, the machine, the date and the command line."""
+    name = spec.name_or_path or spec.source
+    if spec.source in TOY_SOURCES:
+        name = f"{spec.source} (coupling {getattr(spec, 'coupling', '')})"
+    folder = {"antiberty": antiberty_weights_dir, "english": english_mlm_dir}.get(spec.source)
+    local = folder() if folder is not None else Path(spec.name_or_path) if spec.name_or_path else None
+    device = denoiser.device
+    machine = (torch.cuda.get_device_name(device) if device.type == "cuda"
+               else platform.processor() or platform.machine())
+    return {"model": name, "weights_sha256": weights_digest(local) if local is not None and local.is_dir() else "",
+            "mlm_dynamics": __version__, "torch": str(torch.__version__), "transformers": transformers.__version__,
+            "python": platform.python_version(), "device": str(device), "device_name": machine,
+            "threads": str(torch.get_num_threads()), "platform": platform.platform(),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "command": " ".join(Path(sys.argv[0]).name if k == 0 else arg for k, arg in enumerate(sys.argv))}
+
+
+__all__ = ["Codec", "build_model", "crop_context", "provenance", "start_tokens", "weights_digest", "window_sites"]

@@ -292,14 +292,15 @@ class RunConfig:
             "record_every": self.run.record_every}
 
 
-TOY_SOURCES = ("ising", "potts")
+TOY_SOURCES = ("ising", "potts", "curie-weiss")
 DISTANCES = ("hamming", "embedding")
 
 
 @dataclass
 class SweepModelConfig(ModelConfig):
     """``source``: ``ising``/``potts`` (toy chains of ``n`` sites with ``coupling`` J, ``field`` h, ``states``
-    colours) or a masked LM as in the ``run`` job."""
+    colours), ``curie-weiss`` (mean-field Ising: every pair coupled ``J / n``, a phase transition at ``tau = J``) or a
+    masked LM as in the ``run`` job."""
 
     source: str = "ising"
     coupling: float = 1.0
@@ -442,14 +443,15 @@ class SweepConfig:
     influence: InfluenceSweepConfig = field(default_factory=InfluenceSweepConfig)
     rectangle: SweepRectangleConfig = field(default_factory=SweepRectangleConfig)
     checkpoint_every: int | None = 500
-    bootstrap: int = 200
+    confidence: float = 0.95
 
     def validate(self) -> None:
         """Validate every section; raise :class:`ConfigError` naming the first bad key."""
         validate_sections(self)
         require(self.checkpoint_every is None or self.checkpoint_every >= 1, "checkpoint_every", "be >= 1 or null",
                 self.checkpoint_every)
-        require(self.bootstrap >= 1, "bootstrap", "be >= 1", self.bootstrap)
+        require(0 < self.confidence < 1, "confidence", "be in (0, 1) (the confidence of every interval)",
+                self.confidence)
         if self.model.source in TOY_SOURCES:
             require(self.drift.distance == "hamming" or not self.drift.enabled, "drift.distance",
                     "be 'hamming' for toy models (they have no hidden states)", self.drift.distance)

@@ -34,7 +34,7 @@ from ..tracking.drift import random_fill_distances, random_fill_scale
 from ..tracking.monitor import ChainMonitor
 from ..tracking.traps import TrapEvent, TrapTracker, trap_statistics
 from .checkpoint import RunInterrupted, fingerprint, load_checkpoint, restoring, save_checkpoint
-from .common import Codec, build_model, crop_context, start_tokens, window_sites
+from .common import Codec, build_model, crop_context, provenance, start_tokens, window_sites
 from .config import ConfigError, RunConfig, to_dict
 
 
@@ -66,9 +66,13 @@ class SemanticsResult:
     basins: Tensor
     drift: Tensor
     metrics: dict[str, float]
-    dwell_times: Tensor
     temperatures: list[float]
     events: list[TrapEvent]
+
+    def traps(self) -> dict[str, float]:
+        """:func:`~mlm_dynamics.tracking.traps.trap_statistics` over every chain (open traps censored at the last
+        observation)."""
+        return trap_statistics(self.events, self.basins, range(self.basins.shape[1]), self.steps[-1])
 
     def by_temperature(self) -> list[dict[str, float]]:
         """Per chain temperature: final drift (in units of :attr:`scale`), traps, distinct basins, trapped fraction
@@ -90,6 +94,7 @@ class ChainRunResult:
     model: dict[str, float]
     chains: dict[str, Any]
     final_sequences: list[str]
+    start_sequences: list[str] = field(default_factory=list)
     trajectory: list[dict[str, Any]] = field(default_factory=list)
     semantics: SemanticsResult | None = None
     coupling: CouplingResult | None = None
@@ -98,6 +103,7 @@ class ChainRunResult:
     influence: InfluenceEstimate | None = None
     notes: list[str] = field(default_factory=list)
     claims: ClaimsReport | None = None
+    environment: dict[str, str] = field(default_factory=dict)
 
 
 def run_chains(config: RunConfig, out_dir: Path | None = None, *, resume: bool = False) -> ChainRunResult:
@@ -199,7 +205,9 @@ def run_chains(config: RunConfig, out_dir: Path | None = None, *, resume: bool =
         config=config, chains=chains, trajectory=trajectory.rows,
         model={"vocab_size": denoiser.vocab.size, "parameters": sum(p.numel() for p in denoiser.parameters()),
                "load_seconds": round(load_seconds, 2)},
-        final_sequences=[codec.decode(t.tolist()) for t in state.tokens], notes=notes)
+        final_sequences=[codec.decode(t.tolist()) for t in state.tokens],
+        start_sequences=[codec.decode(t.tolist()) for t in start], notes=notes,
+        environment=provenance(config.model, denoiser))
     if watch is not None:
         result.semantics = watch.result(temperatures)
     if config.coupling.enabled:
@@ -225,10 +233,8 @@ def run_claims(result: ChainRunResult) -> ClaimsReport:
     times = result.coupling.times if result.coupling is not None else {}
     trapped = ({row["temperature"]: row["trapped_fraction"] for row in result.semantics.by_temperature()}
                if result.semantics is not None else {})
-    evidence = Evidence(censored={(tau, num_sites): t.censored_fraction for tau, t in times.items()},
-                        pairs={(tau, num_sites): t.times.numel() for tau, t in times.items()},
-                        budget=int(next(iter(times.values())).budget) if times else 0,
-                        rectangles=result.rectangle, influence=result.influence, trapped=trapped)
+    evidence = Evidence(times={(tau, num_sites): t for tau, t in times.items()}, rectangles=result.rectangle,
+                        influence=result.influence, trapped=trapped, seed=result.config.chains.seed)
     return assess_claims(evidence)
 
 
@@ -396,7 +402,7 @@ class _Semantics:
         return SemanticsResult(scale=self.scale, steps=list(self.steps), embeddings=embeddings,
                                basins=torch.stack(self.basins), drift=cosine_distance(embeddings, embeddings[0]),
                                metrics={k: float(v) for k, v in history.items() if k != "step"},
-                               dwell_times=traps.dwell_times(include_open=True), temperatures=temperatures,
+                               temperatures=temperatures,
                                events=list(traps.events))
 
 

@@ -2,8 +2,9 @@
 
 Each cell ``(tau, n)`` holds ``grid.pairs`` maximally coupled pairs whose chains resample ``n`` sites at temperature
 ``tau``; start pairs alternate between the kinds of ``grid.starts`` (``natural-random``, ``random-random``). Toy
-models (``ising``, ``potts``) are one chain of ``n`` sites per length; a masked LM resamples a window of ``n``
-resampleable positions of one context, every window centred on ``context.window_center`` (nested windows). The
+models (``ising``, ``potts``, ``curie-weiss``) are one chain of ``n`` sites per length; a masked LM resamples a
+window of ``n`` resampleable positions of one context, every window centred on ``context.window_center`` (nested
+windows). The
 engine is :mod:`mlm_dynamics.sampling.grid`: all cells of a model advance in one forward pass per step, met pairs
 leave the batch, and every pair and chain draws from its own stream keyed by ``(grid.seed, cell, index)``, so a
 cell's results are the same alone, inside any grid, after a resume and in any shard of ``--devices N``.
@@ -12,15 +13,14 @@ Optional drift chains (``drift.chains`` per cell, from the natural start) record
 :class:`~mlm_dynamics.tracking.DriftTracker`: the changed fraction of the resampled sites (``hamming``) or the
 cosine distance of hidden states pooled over them (``embedding``), in units of each chain's distance to random
 fillings of its sites (``drift.relative``). Per cell the report gives censoring-aware statistics per start kind
-(:mod:`mlm_dynamics.diagnostics.survival`); per temperature ``C(tau)`` and the log-log slope fitted on the lengths
-whose pairs all met; per length ``tau_c(n)`` with a bootstrap interval; beside them the rectangle prevalence and the
+(:mod:`mlm_dynamics.diagnostics.survival`); per temperature ``C(tau)`` of ``T = n (C log n + B)`` and the log-log
+slope where every pair met; per length the bracket of the slow region; beside them the rectangle prevalence and the
 Dobrushin estimate on the same model and context, and the paper's claims checked against all of it
 (:mod:`mlm_dynamics.diagnostics.claims`).
 """
 
 from __future__ import annotations
 
-import platform
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -45,7 +45,7 @@ from ..sampling.glauber import ChainState, GlauberSampler
 from ..sampling.grid import GridCell, PairGrid, RowLayout, chain_grid, fill_streams, lagged_grid, pair_grid
 from ..tracking.drift import DriftTracker, hamming_fraction, random_fill_distances, random_fill_scale
 from .checkpoint import RunInterrupted, fingerprint, load_checkpoint, restoring, save_checkpoint
-from .common import build_model, crop_context, start_tokens
+from .common import build_model, crop_context, provenance, start_tokens
 from .config import TOY_SOURCES, ConfigError, SweepConfig
 
 
@@ -181,7 +181,7 @@ def run_sweep(config: SweepConfig, out_dir: Path | None = None, *, resume: bool 
                   timings={"setup_seconds": round(setup_seconds, 2), "chain_seconds": round(chain_seconds, 2),
                            "lag_seconds": round(lag_seconds, 2), "steps": float(step)},
                   rows={"pair_rows_spent": float(spent), "pair_rows_uncompacted": float(uncompacted)},
-                  environment=_environment(groups[0].denoiser), notes=notes)
+                  environment=provenance(config.model, groups[0].denoiser), notes=notes)
 
 
 def finish(config: SweepConfig, cells: list[SweepCell], *, influence: InfluenceEstimate | None,
@@ -193,13 +193,11 @@ def finish(config: SweepConfig, cells: list[SweepCell], *, influence: InfluenceE
     order = {cell: k for k, cell in enumerate(grid)}
     cells = sorted(cells, key=lambda c: order[(c.temperature, c.num_sites)])
     for cell in cells:
-        cell.summarise(config.bootstrap, config.grid.seed)
+        cell.summarise(config.confidence)
     analysis = analyse_grid(cells, thresholds=config.drift.thresholds if config.drift.enabled else (),
-                            bootstrap=config.bootstrap, generator=config.grid.seed)
-    budget = int(timings["steps"])
-    evidence = Evidence(censored={(c.temperature, c.num_sites): c.meeting.censored_fraction for c in cells},
-                        pairs={(c.temperature, c.num_sites): c.meeting.times.numel() for c in cells}, budget=budget,
-                        fits=analysis.fits, boundary=analysis.boundary, rectangles=rectangles, influence=influence)
+                            confidence=config.confidence)
+    evidence = Evidence(times={(c.temperature, c.num_sites): c.meeting for c in cells}, rectangles=rectangles,
+                        influence=influence, seed=config.grid.seed)
     spent, uncompacted = rows["pair_rows_spent"], rows["pair_rows_uncompacted"]
     rows = {**rows, "rows_saved_fraction": 1 - spent / uncompacted if uncompacted else 0.0}
     return SweepResult(config=config, cells=cells, analysis=analysis, claims=assess_claims(evidence),
@@ -245,8 +243,7 @@ def _build_groups(config: SweepConfig, cells: list[tuple[float, int]]) -> tuple[
     if spec.source in TOY_SOURCES:
         groups = []
         for n in sorted({n for _, n in cells}):
-            model = (PairwiseMRFDenoiser.ising_chain(n, spec.coupling, spec.field) if spec.source == "ising"
-                     else PairwiseMRFDenoiser.potts_chain(n, spec.states, spec.coupling)).to(spec.device)
+            model = _toy_model(spec.source, n, spec.coupling, spec.field, spec.states).to(spec.device)
             natural = torch.zeros(1, n, dtype=torch.long, device=model.device)
             own = [GridCell(tau, tuple(range(n))) for tau, m in cells if m == n]
             groups.append(_group(model, natural, own, config))
@@ -269,6 +266,14 @@ def _build_groups(config: SweepConfig, cells: list[tuple[float, int]]) -> tuple[
     own = [GridCell(tau, tuple(all_sites[windows[n].start:windows[n].stop].tolist())) for tau, n in cells
            if n in lengths]
     return [_group(denoiser, natural, own, config)], notes
+
+
+def _toy_model(source: str, n: int, coupling: float, field: float, states: int) -> PairwiseMRFDenoiser:
+    if source == "ising":
+        return PairwiseMRFDenoiser.ising_chain(n, coupling, field)
+    if source == "curie-weiss":
+        return PairwiseMRFDenoiser.curie_weiss(n, coupling, field)
+    return PairwiseMRFDenoiser.potts_chain(n, states, coupling)
 
 
 def _group(model: Denoiser, natural: Tensor, cells: list[GridCell], config: SweepConfig) -> _Group:
@@ -357,14 +362,6 @@ def _lagged(group: _Group, cells: list[SweepCell], config: SweepConfig) -> None:
         target = next(c for c in cells if (c.temperature, c.num_sites) == cell.key)
         target.lagged = MeetingTimes(times=lagged.times[rows].cpu(), censored=lagged.censored[rows].cpu(),
                                      lag=spec.lag, max_steps=lagged.max_steps)
-
-
-def _environment(denoiser: Denoiser) -> dict[str, str]:
-    device = denoiser.device
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
-    return {"device": str(device), "device_name": name, "torch": str(torch.__version__),
-            "python": platform.python_version(),
-            "threads": str(torch.get_num_threads()), "platform": platform.platform()}
 
 
 __all__ = ["SweepResult", "centred_windows", "finish", "run_sweep"]

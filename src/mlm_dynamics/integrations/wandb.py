@@ -22,8 +22,10 @@ from ..probes.keys import headline_keys, key_regex
 
 
 def panel_specs(prefix: str = "", stage: str = "train") -> dict[str, list[dict[str, Any]]]:
-    """Per section title, the line plots as plain data: ``{"title", "y": [keys]}`` for a fixed key, or
-    ``{"title", "metric_regex"}`` for one whose name has an option in it (every temperature, threshold, topic)."""
+    """Per section title, the line plots as plain data: ``{"title", "y": [keys]}`` for fixed keys, or
+    ``{"title", "metric_regex"}`` for one whose name has an option in it (every temperature, threshold, topic). A
+    censored quantile shares the panel of its value: ``y`` holds both ``..._median`` and ``..._median_lower_bound``,
+    of which a run logs one at each step."""
     specs: dict[str, list[dict[str, Any]]] = {}
     for title, keys in headline_keys(prefix, stage).items():
         panels: list[dict[str, Any]] = []
@@ -31,6 +33,8 @@ def panel_specs(prefix: str = "", stage: str = "train") -> dict[str, list[dict[s
             name = key[len(prefix):].split("/", 2)[2]  # after {group}/{stage}/
             if "{" in key:
                 panels.append({"title": name, "metric_regex": f"^{key_regex(key)}$"})
+            elif key.endswith("_lower_bound") and panels and panels[-1].get("y") == [key.removesuffix("_lower_bound")]:
+                panels[-1]["y"].append(key)
             else:
                 panels.append({"title": name, "y": [key]})
         specs[title] = panels

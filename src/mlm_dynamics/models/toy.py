@@ -71,6 +71,31 @@ class PairwiseMRFDenoiser(Denoiser):
         return cls._chain(n, field * spins, pair)
 
     @classmethod
+    def curie_weiss(cls, n: int, coupling: float, field: float = 0.0) -> PairwiseMRFDenoiser:
+        """Mean-field Ising: ``-E = field * sum_i s_i + (coupling / n) * sum_{i<j} s_i s_j`` on ``n`` spins, so
+        ``P(s_i = +1 | rest) = sigmoid(2 (coupling m_i + field) / tau)`` with ``m_i = (1/n) sum_{j != i} s_j``.
+
+        A phase transition at ``tau = coupling`` (Levin, Luczak & Peres 2010): above it Glauber dynamics mixes in
+        ``n log n / (2 (1 - coupling / tau))`` steps, below it a chain in one magnetisation well needs a time
+        exponential in ``n`` to reach the other.
+
+        Examples:
+            With every other spin up, a spin is up with probability ``sigmoid(2 J (n - 1) / (n tau))``:
+
+            >>> import torch
+            >>> from mlm_dynamics import PairwiseMRFDenoiser
+            >>> model = PairwiseMRFDenoiser.curie_weiss(4, coupling=1.0)
+            >>> logits = model.conditional_logits(torch.ones(1, 4, dtype=torch.long), torch.tensor([[0]]))
+            >>> round(float(logits.softmax(-1)[0, 0, 1]), 6), round(float(torch.sigmoid(torch.tensor(1.5))), 6)
+            (0.817574, 0.817574)
+        """
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"n must be an integer number of sites >= 1, got {n!r}")
+        spins = torch.tensor([-1.0, 1.0], dtype=torch.float64)
+        pair = (coupling / n) * torch.outer(spins, spins)
+        return cls((field * spins).expand(n, 2).clone(), pair.expand(n, n, 2, 2).clone())
+
+    @classmethod
     def potts_chain(cls, n: int, states: int, coupling: float) -> PairwiseMRFDenoiser:
         """``-E = coupling * sum_i 1[x_i = x_{i+1}]`` on a path of ``n`` sites with ``states`` colours."""
         return cls._chain(n, torch.zeros(states, dtype=torch.float64),

@@ -58,9 +58,10 @@ def tensorboard_layout(groups: Sequence[str], prefix: str = "") -> dict[str, dic
 
 def headline_keys(prefix: str = "", stage: str = "train") -> dict[str, list[str]]:
     """Per section title, the keys a dashboard shows first (a run every N steps: ``stage`` train): the meeting-time
-    median and censored fraction, rectangle prevalence and median ``|R|``, the influence estimates at tau = 1, drift
-    and hitting fractions, trap rate, basins and dwell times."""
-    chosen = {"mixing": ["meeting_time_median", "censored_fraction", "lagged/tv_bound_t{t}"],
+    median (or its lower bound where censored) and censored fraction, rectangle prevalence and median ``|R|``, the
+    influence estimates at tau = 1, drift and hitting fractions, trap rate, basins and dwell times."""
+    chosen = {"mixing": ["meeting_time_median", "meeting_time_median_lower_bound", "censored_fraction",
+                         "lagged/tv_bound_t{t}"],
               "rectangle": ["prevalence", "abs_r_median"], "influence": ["dobrushin_tau{t}", "tau_star"],
               "drift": ["drift_mean", "hit_fraction_d{d}", "rhat_drift"],
               "traps": ["trap_rate", "num_basins", "dwell_time_mean", "drift_mean", "topic/{name}"]}

@@ -18,11 +18,27 @@ from ..sampling.glauber import GlauberSampler
 from .base import MetricKey, Probe
 from .starts import StartStates
 
+_QUANTILE_KEYS = tuple(
+    key for q, label in (("median", "median"), ("q90", "90 % quantile of the"))
+    for key in (
+        MetricKey(f"meeting_time_{q}", f"Kaplan-Meier {label} steps until a coupled pair (start row, random filling) "
+                  "meets; not logged where it lies beyond the censored pairs (then _lower_bound is)",
+                  "single-site steps", "when the pairs determine it"),
+        MetricKey(f"meeting_time_{q}_lower_bound", f"the {q} is only known to exceed this (the budget): more pairs "
+                  "than the quantile allows had not met", "single-site steps", f"when the {q} is censored"),
+        MetricKey(f"meeting_time_{q}_low", f"lower end of the order-statistic interval of the {q}",
+                  "single-site steps"),
+        MetricKey(f"meeting_time_{q}_high", "upper end of that interval (not logged where unbounded: the rank lies "
+                  "among censored pairs)", "single-site steps", "when bounded"),
+        MetricKey(f"meeting_time_{q}_confidence", "the coverage that interval achieves with this many pairs (exact "
+                  "binomial; never more than the pairs allow)", "probability")))
 _MEETING_KEYS = (
-    MetricKey("meeting_time_median", "median steps until a coupled pair (start row, random filling) meets; the "
-              "budget where more than half are censored", "single-site steps"),
-    MetricKey("meeting_time_q90", "90 % quantile of the meeting time (the budget where censored)",
+    *_QUANTILE_KEYS,
+    MetricKey("meeting_time_restricted_mean", "E min(T, budget): the mean meeting time up to the budget (a lower bound "
+              "of the mean when pairs are censored)", "single-site steps"),
+    MetricKey("meeting_time_restricted_mean_low", "lower end of its Kolmogorov-Smirnov interval (coverage >= 95 %)",
               "single-site steps"),
+    MetricKey("meeting_time_restricted_mean_high", "upper end of that interval", "single-site steps"),
     MetricKey("censored_fraction", "fraction of pairs that had not met within the budget", "fraction"),
     MetricKey("budget", "steps each pair was followed at most", "single-site steps"),
     MetricKey("num_pairs", "coupled pairs, pooled over ranks", "count"),
@@ -48,7 +64,8 @@ class MeetingTimeProbe(Probe):
     pooled = True
     keys = (*_MEETING_KEYS, *(MetricKey(f"lagged/{k.name}", f"L-lag coupling: {k.meaning}", k.unit, "with lag")
                               for k in _MEETING_KEYS),
-            MetricKey("lagged/tv_bound_t{t}", "L-lag upper bound on TV(mu_0 P^t, pi) after t steps", "probability",
+            MetricKey("lagged/tv_bound_t{t}", "L-lag estimate of a bound on TV(mu_0 P^t, pi) after t steps; 1 at "
+                      "every t once a pair is censored (its term is unbounded)", "probability",
                       "with lag, for each t in t_values"))
 
     def __init__(self, *, temperature: float = 1.0, max_steps: int = 200, lag: int | None = None,
@@ -124,9 +141,9 @@ class RectangleProbe(Probe):
 class DobrushinProbe(Probe):
     """Influence coefficients on the first ``max_sites`` sites shared by every start row, over a temperature grid.
 
-    Logs the Dobrushin coefficient per temperature, the grid and sensitivity estimates of tau*, and the implied
-    mixing-time bound. The sums run over the probed sites only and over the sampled replacements, so they are lower
-    estimates of the full Dobrushin sums: a value below 1 is not a certificate (tau* and the bound are optimistic).
+    Logs the Dobrushin coefficient per temperature and the grid and sensitivity estimates of tau*. The sums run over
+    the probed sites only and over the sampled replacements, so they are lower estimates of the full Dobrushin sums:
+    a value below 1 is not a certificate (tau* is optimistic), and no mixing-time bound is derived from them.
     Cost per run: ``B n (1 + replacements (n - 1))`` forward rows, n = ``max_sites``. Rank 0 only.
     """
 
@@ -136,9 +153,6 @@ class DobrushinProbe(Probe):
                       "for each t in temperatures"),
             MetricKey("row_sum_max_tau{t}", "largest estimated row sum of influences at temperature t",
                       "dimensionless", "for each t in temperatures"),
-            MetricKey("mixing_time_bound_tau{t}", "n (log n + log 4) / (1 - alpha) at temperature t, if the "
-                                                  "estimate were the coefficient (not logged where alpha >= 1)",
-                      "single-site steps", "for each t in temperatures"),
             MetricKey("tau_star", "lowest grid temperature whose estimated coefficient is below 1 (not logged if "
                                   "none is)", "temperature"),
             MetricKey("tau_star_sensitivity", "temperature where the logit-sensitivity bound on the coefficient "

@@ -31,7 +31,25 @@ pre { background: #f7f7f7; padding: .6rem; font-size: .8rem; white-space: pre-wr
 .wide { overflow-x: auto; max-width: 100%; }
 nav.toc { background: #f7f7f9; padding: .4rem 1rem; border-radius: 4px; font-size: .9rem; }
 nav.toc ol { margin: .2rem 0; padding-left: 1.2rem; columns: 2; }
+p.provenance { font-size: .8rem; color: #555; overflow-wrap: anywhere; }
+mark { background: #ffe08a; }
+td.draw { font-family: ui-monospace, monospace; text-align: left; overflow-wrap: anywhere; }
 """
+
+
+class Markup(str):
+    """Text already escaped and marked up (a draw with its changed tokens in ``<mark>``): table cells keep it."""
+
+
+def marked_changes(sequence: str, reference: str) -> Markup:
+    """``sequence`` escaped, with the tokens that differ from ``reference`` in ``<mark>``: characters for sequences
+    without spaces (residues), words otherwise."""
+    split = (lambda text: text.split(" ")) if " " in sequence else list
+    joiner = " " if " " in sequence else ""
+    ours, theirs = split(sequence), split(reference)
+    pieces = [f"<mark>{html.escape(token)}</mark>" if k >= len(theirs) or token != theirs[k] else html.escape(token)
+              for k, token in enumerate(ours)]
+    return Markup(joiner.join(pieces))
 
 
 @dataclass
@@ -46,10 +64,33 @@ class Section:
 
 
 def claims_section(claims: ClaimsReport) -> Section:
-    """The paper's claims with verdicts and evidence, and the contradictions between pieces of evidence."""
-    rows = [{"claim": c.statement, "verdict": c.verdict, "evidence": "; ".join(c.evidence)} for c in claims.claims]
+    """The paper's claims with verdicts, the sample each rests on, its plug-in power and the evidence, and the
+    contradictions between pieces of evidence."""
+    rows = [{"claim": c.statement, "verdict": c.verdict, "sample": c.sample,
+             "power": "—" if math.isnan(c.power) else f"{c.power:.2f}", "evidence": "; ".join(c.evidence)}
+            for c in claims.claims]
     paragraphs = [f'<span class="note">{html.escape(text)}</span>' for text in claims.contradictions]
     return Section("What the run found: the paper's claims", paragraphs=paragraphs, tables=[("claims", rows)])
+
+
+def _number(value: float | None) -> str:
+    return "unbounded" if value is None or math.isinf(value) else f"{value:.4g}"
+
+
+def quantile_text(summary: Mapping[str, Any], key: str) -> str:
+    """A censoring-aware quantile from a summary (:meth:`~mlm_dynamics.diagnostics.survival.QuantileEstimate.summary`
+    keys): ``"114 [80, 150] (95 %)"``, or ``"> 200 [150, unbounded] (88 %)"`` where it is censored; ``"—"`` without
+    it. JSON ``null`` (a missing or unbounded value) reads as unbounded."""
+    value, bound = summary.get(key), summary.get(f"{key}_lower_bound")
+    if value is None and bound is None:
+        return "—"
+    point = f"> {_number(bound)}" if value is None or (isinstance(value, float) and math.isnan(value)) \
+        else _number(value)
+    confidence = summary.get(f"{key}_confidence")
+    if confidence is None or (isinstance(confidence, float) and math.isnan(confidence)):
+        return point
+    return (f"{point} [{_number(summary.get(f'{key}_low'))}, {_number(summary.get(f'{key}_high'))}] "
+            f"({confidence:.0%})")
 
 
 def figure_png(figure: Figure, dpi: int = 110) -> bytes:
@@ -71,6 +112,8 @@ def _cell(value: Any) -> str:
         return f"<td>{text}</td>"
     if isinstance(value, int):
         return f"<td>{value}</td>"
+    if isinstance(value, Markup):
+        return f'<td class="draw">{value}</td>'
     return f'<td class="text">{html.escape(str(value))}</td>'
 
 
@@ -94,10 +137,21 @@ def _anchor(title: str, taken: set[str]) -> str:
     return anchor
 
 
-def render_html(title: str, sections: Sequence[Section], config: Mapping[str, Any]) -> str:
-    """The whole page as one string (images as ``data:`` URIs): the title, a table of contents linking every
-    section, the sections in order (lead with what the run found), then the configuration. Long lines wrap and wide
-    tables scroll inside their box, so nothing runs off the page."""
+PROVENANCE_KEYS = ("model", "weights_sha256", "mlm_dynamics", "transformers", "torch", "device_name", "date", "command")
+
+
+def provenance_line(environment: Mapping[str, str]) -> str:
+    """``model ... · weights sha256 ... · mlm_dynamics 0.2.0 · ... · command ...``: where a report comes from, in one
+    line for its first screen (keys of :data:`PROVENANCE_KEYS` that are set)."""
+    return " · ".join(f"{key.replace('_', ' ')} {environment[key]}" for key in PROVENANCE_KEYS if environment.get(key))
+
+
+def render_html(title: str, sections: Sequence[Section], config: Mapping[str, Any],
+                environment: Mapping[str, str] | None = None) -> str:
+    """The whole page as one string (images as ``data:`` URIs): the title, where it comes from
+    (:func:`provenance_line` of ``environment``), a table of contents linking every section, the sections in order
+    (lead with what the run found), then the configuration. Long lines wrap and wide tables scroll inside their box,
+    so nothing runs off the page."""
     taken: set[str] = set()
     anchors = [_anchor(section.title, taken) for section in sections]
     config_anchor = _anchor("configuration", taken)
@@ -106,6 +160,7 @@ def render_html(title: str, sections: Sequence[Section], config: Mapping[str, An
     parts = ["<!doctype html><html lang='en'><head><meta charset='utf-8'>",
              "<meta name='viewport' content='width=device-width, initial-scale=1'>",
              f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>",
+             f'<p class="provenance">{html.escape(provenance_line(environment or {}))}</p>',
              f'<nav class="toc"><strong>Contents</strong><ol>{toc}'
              f'<li><a href="#{config_anchor}">Configuration</a></li></ol></nav>']
     for anchor, section in zip(anchors, sections, strict=True):
@@ -122,4 +177,5 @@ def render_html(title: str, sections: Sequence[Section], config: Mapping[str, An
     return "".join(parts)
 
 
-__all__ = ["STYLE", "Section", "claims_section", "figure_png", "render_html", "write_figures"]
+__all__ = ["PROVENANCE_KEYS", "STYLE", "Markup", "Section", "claims_section", "figure_png", "marked_changes",
+           "provenance_line", "quantile_text", "render_html", "write_figures"]

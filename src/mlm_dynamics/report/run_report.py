@@ -3,18 +3,17 @@
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
+import csv
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from matplotlib.figure import Figure
 
-from ..diagnostics.quantiles import quantile_summary
 from ..experiments.config import to_dict
 from ..experiments.run import TRAJECTORY_FIELDS, ChainRunResult
 from . import figures
-from .html import Section, claims_section, render_html, write_figures
+from .html import Section, claims_section, marked_changes, quantile_text, render_html, write_figures
 from .writers import write_csv, write_json, write_text
 
 
@@ -24,14 +23,14 @@ def run_report(result: ChainRunResult) -> dict[str, Any]:
     ``mixing.by_temperature`` has the whole ladder."""
     temperature = result.config.main_temperature
     report: dict[str, Any] = {"config": to_dict(result.config), "model": result.model,
-                              "chains": {**result.chains, "final_sequences": result.final_sequences},
-                              "notes": result.notes}
+                              "chains": {**result.chains, "start_sequences": result.start_sequences,
+                                         "final_sequences": result.final_sequences},
+                              "notes": result.notes, "environment": result.environment}
     if result.semantics is not None:
         semantics = result.semantics
         report["semantics"] = {"scale": semantics.scale, **semantics.metrics,
                                "drift_over_scale_final": float(semantics.drift[-1].mean()) / semantics.scale,
-                               **quantile_summary("dwell_time", semantics.dwell_times),
-                               "num_traps": float(len(semantics.dwell_times)),
+                               **semantics.traps(),
                                "by_temperature": semantics.by_temperature()}
     if result.coupling is not None:
         coupling = result.coupling
@@ -56,8 +55,9 @@ def run_report(result: ChainRunResult) -> dict[str, Any]:
 
 def key_figures(report: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One row per temperature of the ladder with the run's headline numbers, for the top of the HTML report: the
-    coupled pairs' median meeting time (``> budget`` when censored) and censored fraction, the chains' final drift in
-    units of the distance to random fillings and the fraction of time trapped, and the influence estimate."""
+    coupled pairs' median meeting time with its interval and the coverage it achieves (``> budget`` when censored),
+    the pairs and the censored fraction, the chains' final drift in units of the distance to random fillings and the
+    fraction of time trapped, and the influence estimate."""
     temperatures = sorted({*(row["temperature"] for row in report.get("semantics", {}).get("by_temperature", [])),
                            *(row["temperature"] for row in report.get("mixing", {}).get("by_temperature", [])),
                            *report.get("influence", {}).get("temperatures", [])})
@@ -68,9 +68,8 @@ def key_figures(report: Mapping[str, Any]) -> list[dict[str, Any]]:
         row: dict[str, Any] = {"tau": f"{tau:g}"}
         if tau in mixing:
             pairs = mixing[tau]
-            censored = pairs["censored_fraction"] >= 0.5  # the median itself is censored
-            row["median meeting time"] = f"> {pairs['budget']:g}" if censored else f"{pairs['meeting_time_median']:g}"
-            row["pairs censored"] = f"{pairs['censored_fraction']:.0%}"
+            row["median meeting time [interval] (coverage)"] = quantile_text(pairs, "meeting_time_median")
+            row["pairs censored"] = f"{pairs['censored_fraction']:.0%} of {pairs['num_pairs']:.0f}"
         if tau in semantics:
             row["drift (1 = forgot start)"] = f"{semantics[tau]['drift_over_scale_final']:.2f}"
             row["time trapped"] = f"{semantics[tau]['trapped_fraction']:.0%}"
@@ -78,6 +77,27 @@ def key_figures(report: Mapping[str, Any]) -> list[dict[str, Any]]:
         if key in report.get("influence", {}):
             row["influence estimate"] = f"{report['influence'][key]:.2f}"
         rows.append(row)
+    return rows
+
+
+def draws(result: ChainRunResult, trajectory: Sequence[Mapping[str, Any]], per_temperature: int = 1
+          ) -> list[dict[str, Any]]:
+    """A few chains as text: for the first ``per_temperature`` chains of each temperature, the sequence at the start,
+    at the recorded step nearest the middle of the run and at the end, with the tokens changed since the start
+    marked (:func:`~.html.marked_changes`)."""
+    temperatures = result.config.per_chain_temperatures()
+    steps = int(result.chains["num_steps"])
+    rows: list[dict[str, Any]] = []
+    for tau in sorted(set(temperatures)):
+        for chain in [c for c, t in enumerate(temperatures) if t == tau][:per_temperature]:
+            start, end = result.start_sequences[chain], result.final_sequences[chain]
+            recorded = [r for r in trajectory if int(r["chain"]) == chain and 0 < int(r["step"]) < steps]
+            middle = min(recorded, key=lambda r: abs(int(r["step"]) - steps / 2), default=None)
+            shown = [(0, start), *([] if middle is None else [(int(middle["step"]), str(middle["sequence"]))]),
+                     (steps, end)]
+            for step, sequence in shown:
+                rows.append({"tau": f"{tau:g}", "chain": chain, "step": step,
+                             "sequence (changed since the start marked)": marked_changes(sequence, start)})
     return rows
 
 
@@ -117,6 +137,8 @@ def write_run_report(result: ChainRunResult, out_dir: Path) -> dict[str, Any]:
     report = run_report(result)
     if result.trajectory:  # a run with an output directory appended its rows to trajectory.csv there already
         write_csv(out_dir / "trajectory.csv", result.trajectory, TRAJECTORY_FIELDS)
+    with (out_dir / "trajectory.csv").open(newline="") as handle:
+        recorded = list(csv.DictReader(handle))
     drawn = run_figures(result)
     write_figures(out_dir, drawn)
     sections = [] if result.claims is None else [claims_section(result.claims)]
@@ -124,6 +146,8 @@ def write_run_report(result: ChainRunResult, out_dir: Path) -> dict[str, Any]:
                 "value": f"{report['rectangle']['prevalence']:.1%} of {report['rectangle']['num_rectangles']:.0f}"}
                ] if "rectangle" in report else []
     sections.append(Section("Key figures", tables=[("by temperature", key_figures(report)), ("overall", overall)]))
+    sections.append(Section("Draws", tables=[("one chain per temperature at the start, the middle and the end of the "
+                                              "run", draws(result, recorded))]))
     sections += [Section(name.capitalize(), figures=[(figure, CAPTIONS[name])]) for name, figure in drawn.items()]
     sections.append(Section("Summary", preformatted=[run_summary(result)]))
     tables = []
@@ -136,7 +160,8 @@ def write_run_report(result: ChainRunResult, out_dir: Path) -> dict[str, Any]:
         if name in report:
             tables.append((name, [{k: v for k, v in report[name].items() if not isinstance(v, (list, dict))}]))
     sections.append(Section("Numbers", tables=tables))
-    write_text(out_dir / "report.html", render_html("mlm_dynamics run", sections, report["config"]))
+    write_text(out_dir / "report.html", render_html("mlm_dynamics run", sections, report["config"],
+                                                    result.environment))
     write_json(out_dir / "report.json", report)
     return report
 
@@ -156,7 +181,8 @@ def run_summary(result: ChainRunResult) -> str:
     if result.semantics is not None:
         for row in result.semantics.by_temperature():
             traps = (f"{row['num_traps']:.0f} traps in {row['num_basins']:.0f} basins, trapped "
-                     f"{row['trapped_fraction']:.0%} of the time (median dwell {row['dwell_time_median']:.0f} steps)"
+                     f"{row['trapped_fraction']:.0%} of the time (median dwell "
+                     f"{quantile_text(row, 'dwell_time_median')} steps)"
                      if row["num_traps"] else "no traps")
             lines.append(f"semantics at tau={row['temperature']:g}: drift {row['drift_over_scale_final']:.2f} of the "
                          f"distance to random fillings; {traps}")
@@ -164,9 +190,8 @@ def run_summary(result: ChainRunResult) -> str:
         coupling = result.coupling
         parts = []
         for tau, times in coupling.times.items():
-            median = float(times.quantiles([0.5])[0])
-            parts.append(f"tau={tau:g}: {'> budget' if math.isinf(median) else f'{median:g}'} "
-                         f"({times.censored_fraction:.2f} censored)")
+            parts.append(f"tau={tau:g}: {quantile_text(times.summary(), 'meeting_time_median')} "
+                         f"({times.censored_fraction:.0%} of {times.times.numel()} censored)")
         budget = int(next(iter(coupling.times.values())).budget)
         lines.append(f"coupled pairs, median meeting time: {', '.join(parts)}; budget {budget} steps")
     if result.rectangle is not None:
@@ -186,4 +211,4 @@ def run_summary(result: ChainRunResult) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["CAPTIONS", "key_figures", "run_figures", "run_report", "run_summary", "write_run_report"]
+__all__ = ["CAPTIONS", "draws", "key_figures", "run_figures", "run_report", "run_summary", "write_run_report"]

@@ -21,48 +21,43 @@ def _grid(result: SweepResult) -> tuple[list[float], list[int]]:
 
 
 def phase_matrix(result: SweepResult) -> tuple[np.ndarray, np.ndarray]:
-    """``(values, censored)`` ``[lengths, temperatures]``: the restricted mean meeting time ``E min(T, budget)``
-    over ``n log n`` (monotone in how long pairs take, finite for every cell), and the fraction of censored pairs."""
+    """``(values, censored)`` ``[lengths, temperatures]``: the Kaplan-Meier median meeting time over ``n log n``, and
+    whether that median is censored (the value is then its lower bound, ``budget / (n log n)``)."""
     temperatures, lengths = _grid(result)
     values = np.full((len(lengths), len(temperatures)), np.nan)
-    censored = np.zeros_like(values)
+    censored = np.zeros_like(values, dtype=bool)
     for cell in result.cells:
         row, col = lengths.index(cell.num_sites), temperatures.index(cell.temperature)
         assert cell.survival is not None, "cells are summarised when the sweep finishes"
-        values[row, col] = cell.survival.restricted_mean / cell.n_log_n
-        censored[row, col] = cell.survival.censored_fraction
+        median = cell.survival.median
+        values[row, col] = (median.lower_bound if median.censored else median.value) / cell.n_log_n
+        censored[row, col] = median.censored
     return values, censored
 
 
 def phase_diagram(result: SweepResult) -> Figure:
-    """Heatmap over (tau, n) of the restricted mean meeting time / (n log n); cells with censored pairs are marked
-    (hatched where at least half are: the value is then a lower bound), and the boundary tau_c(n) is drawn with its
-    bootstrap interval where it lies inside the grid."""
+    """Heatmap over (tau, n) of the median meeting time / (n log n); a censored median is hatched and coloured by its
+    lower bound, and the end of the slow region at each length is bracketed (:func:`~.scaling.slow_brackets`)."""
     temperatures, lengths = _grid(result)
     values, censored = phase_matrix(result)
     figure = new_figure()
     axes = figure.add_subplot()
     image = axes.imshow(np.log10(values), origin="lower", aspect="auto", cmap=COLORMAP)
-    figure.colorbar(image, ax=axes, label="log10 restricted mean meeting time / (n log n)")
-    for row, col in zip(*np.nonzero(censored >= 0.5), strict=True):
+    figure.colorbar(image, ax=axes, label="log10 median meeting time / (n log n)")
+    for row, col in zip(*np.nonzero(censored), strict=True):
         axes.add_patch(Rectangle((col - 0.5, row - 0.5), 1, 1, fill=False, hatch="xx", edgecolor="white", lw=0))
-    for row, col in zip(*np.nonzero((censored > 0) & (censored < 0.5)), strict=True):
-        axes.plot(col, row, marker=".", color="white")
-    log_t, positions = np.log(temperatures), np.arange(len(temperatures))
-    points = [(b, lengths.index(b.num_sites)) for b in result.analysis.boundary if b.status == "interpolated"]
-    if points:
-        xs = [np.interp(math.log(b.temperature), log_t, positions) for b, _ in points]
-        ys = [row for _, row in points]
-        low = [np.interp(math.log(max(b.low, temperatures[0])), log_t, positions) for b, _ in points]
-        high = [np.interp(math.log(min(b.high, temperatures[-1])), log_t, positions) for b, _ in points]
-        axes.errorbar(xs, ys, xerr=[np.subtract(xs, low), np.subtract(high, xs)], fmt="w-o", lw=2, capsize=3,
-                      label="tau_c(n): half the pairs censored (95% interval)")
-        axes.legend(loc="upper right", fontsize=8)
+    position = {tau: k for k, tau in enumerate(temperatures)}
+    for bracket in result.analysis.brackets:
+        row = lengths.index(bracket.num_sites)
+        start = position.get(bracket.slow_up_to, -0.5)
+        end = position.get(bracket.fast_from, len(temperatures) - 0.5)
+        axes.plot([start, end], [row, row], color="white", lw=2, marker="|", markersize=10)
     axes.set_xticks(range(len(temperatures)), [f"{t:g}" for t in temperatures])
     axes.set_yticks(range(len(lengths)), [str(n) for n in lengths])
     axes.set_xlabel("temperature tau")
     axes.set_ylabel("resampled sites n")
-    axes.set_title("Coupling time over (tau, n); hatched: half or more censored, dot: some", fontsize=10)
+    axes.set_title("Median coupling time over (tau, n); hatched: beyond the budget; bar: end of the slow region",
+                   fontsize=9)
     return figure
 
 
@@ -98,15 +93,16 @@ def survival_curves(result: SweepResult, max_panels: int = 4) -> Figure:
 
 
 def scaling_constants(result: SweepResult) -> Figure:
-    """``C(tau)`` of ``E T = C n log n`` fitted on the lengths whose pairs all met, with bootstrap intervals, and the
-    log-log slope of ``T`` against ``n log n`` (about 1 where meeting times grow like ``n log n``)."""
-    fits = {tau: fit for tau, fit in sorted(result.analysis.fits.items()) if fit.lengths}
+    """``C(tau)`` of ``T = n (C log n + B)`` where every pair met, and the log-log slope of ``T`` against
+    ``n log n`` (about 1 where meeting times grow like ``n log n``), each with its Student-t interval."""
+    fits = {tau: fit for tau, fit in sorted(result.analysis.fits.items()) if not fit.note}
     figure = new_figure(9.0, 3.6)
     left, right = figure.add_subplot(1, 2, 1), figure.add_subplot(1, 2, 2)
     for tau, fit in fits.items():
-        left.errorbar([tau], [fit.C], yerr=[[fit.C - fit.C_low], [fit.C_high - fit.C]], fmt="o", color="C0",
-                      capsize=3)
-        if math.isfinite(fit.slope):
+        if math.isfinite(fit.C_low):
+            left.errorbar([tau], [fit.C], yerr=[[fit.C - fit.C_low], [fit.C_high - fit.C]], fmt="o", color="C0",
+                          capsize=3)
+        if math.isfinite(fit.slope_low):
             right.errorbar([tau], [fit.slope], yerr=[[fit.slope - fit.slope_low], [fit.slope_high - fit.slope]],
                            fmt="o", color="C1", capsize=3)
     right.axhline(1.0, color="grey", ls=":", lw=1)
@@ -117,9 +113,8 @@ def scaling_constants(result: SweepResult) -> Figure:
         if fits:
             axes.set_xticks(list(fits))
         axes.set_xlabel("temperature tau")
-    left.set_yscale("log")
     left.set_ylabel("C(tau)")
-    left.set_title("E T = C n log n (uncensored lengths)", fontsize=10)
+    left.set_title("T = n (C log n + B), temperatures where every pair met", fontsize=10)
     right.set_ylabel("slope of log T on log(n log n)")
     right.set_title("about 1: T grows like n log n", fontsize=10)
     if result.influence is not None:
@@ -131,7 +126,8 @@ def scaling_constants(result: SweepResult) -> Figure:
 
 
 def tv_bounds(result: SweepResult) -> Figure:
-    """L-lag upper bounds on ``TV(mu_0 P^t, pi)`` against t, per temperature, for the largest length."""
+    """L-lag estimates of bounds on ``TV(mu_0 P^t, pi)`` against t, per temperature, for the largest length (1 at
+    every t where a pair never met)."""
     temperatures, lengths = _grid(result)
     n = lengths[-1]
     figure = new_figure()
@@ -143,7 +139,7 @@ def tv_bounds(result: SweepResult) -> Figure:
         steps = torch.arange(0, int(lagged.budget) + 1, max(1, int(lagged.budget) // 200))
         axes.plot(steps.numpy(), lagged.tv_upper_bound(steps).numpy(), color=color, label=f"tau={tau:g}")
     axes.set_xlabel("step t")
-    axes.set_ylabel("upper bound on TV(mu_0 P^t, pi)")
+    axes.set_ylabel("bound on TV(mu_0 P^t, pi) (1: a pair never met)")
     axes.set_title(f"L-lag coupling bounds, n = {n}")
     axes.legend(fontsize=8)
     return figure

@@ -13,14 +13,14 @@ from ..experiments.config import to_dict
 from ..experiments.sweep import SweepResult
 from ..sampling.grid import START_KINDS
 from . import sweep_figures
-from .html import Section, claims_section, render_html, write_figures
+from .html import Section, claims_section, quantile_text, render_html, write_figures
 from .writers import jsonable, write_csv, write_json, write_text
 
 
 def sweep_report(result: SweepResult) -> dict[str, Any]:
     """JSON-ready report: ``sweep.claims``, ``sweep.cells`` (every summary, plus each pair's ``meeting_times``,
-    ``censored`` flag and ``start_kinds``, and the resampled ``sites``), ``sweep.fit``, ``sweep.phase_boundary``,
-    ``sweep.rectangles``, ``sweep.influence``."""
+    ``censored`` flag and ``start_kinds``, and the resampled ``sites``), ``sweep.fit``, ``sweep.slow_region``,
+    ``sweep.rectangles``, ``sweep.influence``. A censored quantile is ``null`` beside its ``..._lower_bound``."""
     tv_steps = result.config.lag.t_values if result.config.lag.enabled else ()
     cells = []
     for cell in result.cells:
@@ -28,14 +28,15 @@ def sweep_report(result: SweepResult) -> dict[str, Any]:
                       "censored": cell.meeting.censored.tolist(),
                       "start_kinds": [START_KINDS[k] for k in cell.kinds.tolist()]})
     analysis = result.analysis
-    fits = [{"temperature": tau, **fit.summary(), "lengths": fit.lengths} for tau, fit in sorted(analysis.fits.items())]
+    fits = [{"temperature": tau, **fit.summary(), "lengths": fit.lengths, "note": fit.note}
+            for tau, fit in sorted(analysis.fits.items())]
     hitting = [{"temperature": tau, "threshold": threshold, **fit.summary()}
                for tau, by_threshold in sorted(analysis.hitting_fits.items())
                for threshold, fit in sorted(by_threshold.items())]
-    boundary = [{"num_sites": b.num_sites, "temperature": b.temperature, "status": b.status, "low": b.low,
-                 "high": b.high} for b in analysis.boundary]
+    slow = [{"num_sites": b.num_sites, "slow_up_to": b.slow_up_to, "fast_from": b.fast_from,
+             "confidence": b.confidence} for b in analysis.brackets]
     sweep: dict[str, Any] = {"claims": result.claims.to_dict(), "cells": cells, "fit": fits, "hitting_fit": hitting,
-                             "phase_boundary": boundary, "rows": result.rows, "notes": result.notes}
+                             "slow_region": slow, "rows": result.rows, "notes": result.notes}
     if result.rectangles is not None:
         sweep["rectangles"] = result.rectangles.summary()
     if result.influence is not None:
@@ -44,10 +45,12 @@ def sweep_report(result: SweepResult) -> dict[str, Any]:
             "environment": result.environment}
 
 
-CELL_COLUMNS = ("temperature", "num_sites", "num_pairs", "censored_fraction", "budget", "meeting_time_km_median",
-                "meeting_time_km_median_censored", "meeting_time_restricted_mean", "meeting_time_restricted_mean_low",
-                "meeting_time_restricted_mean_high", "restricted_mean_over_n_log_n", "meeting_time_median",
-                "meeting_time_q90", "meeting_time_mean", "change_rate")
+CELL_COLUMNS = ("temperature", "num_sites", "num_pairs", "censored_fraction", "budget", "meeting_time_median",
+                "meeting_time_median_lower_bound", "meeting_time_median_low", "meeting_time_median_high",
+                "meeting_time_median_confidence", "meeting_time_q90", "meeting_time_q90_lower_bound",
+                "meeting_time_q90_low", "meeting_time_q90_high", "meeting_time_q90_confidence",
+                "meeting_time_restricted_mean", "meeting_time_restricted_mean_low", "meeting_time_restricted_mean_high",
+                "meeting_time_median_over_n_log_n", "meeting_time_restricted_mean_over_n_log_n", "change_rate")
 
 
 def sweep_figures_of(result: SweepResult) -> dict[str, Figure]:
@@ -71,42 +74,64 @@ def write_sweep_report(result: SweepResult, out_dir: Path) -> dict[str, Any]:
     drawn = sweep_figures_of(result)
     write_figures(out_dir, drawn)
     write_text(out_dir / "report.html", render_html("mlm_dynamics sweep", _sections(result, report, drawn),
-                                                    report["config"]))
+                                                    report["config"], result.environment))
     write_json(out_dir / "report.json", report)
     return report
 
 
 def _sections(result: SweepResult, report: dict[str, Any], drawn: dict[str, Figure]) -> list[Section]:
     sweep = report["sweep"]
+    confidence = f"{result.config.confidence:.0%}"
     overview = Section("Phase diagram", paragraphs=[
         "Each cell runs maximally coupled pairs of Glauber chains at temperature tau on n resampled sites until they "
-        "meet or the step budget ends. The colour is the restricted mean meeting time E min(T, budget) over n log n: "
-        "flat along a column where meeting times grow like n log n, rising where the chains slow down; hatched cells "
-        "have half or more of their pairs censored (the value is then a lower bound).",
+        "meet or the step budget ends. The colour is the Kaplan-Meier median meeting time over n log n: flat along a "
+        "column where meeting times grow like n log n, rising where the chains slow down. A hatched cell has its "
+        "median beyond the budget: it is coloured by its lower bound, budget / (n log n), and its true value is "
+        "higher. The white bars bracket the end of the slow region at each length (a median at least 10 times the "
+        "highest temperature's).",
         *[f'<span class="note">{html.escape(note)}</span>' for note in result.notes]],
-        figures=[(drawn["phase_diagram"], "restricted mean meeting time / (n log n); hatched: half or more censored"),
+        figures=[(drawn["phase_diagram"], "median meeting time / (n log n); hatched: censored (lower bound)"),
                  (drawn["survival"], "Kaplan-Meier P(T_meet > t) (solid: natural-random, dashed: random-random)")])
-    boundary = [{"n": b["num_sites"], "tau_c": b["temperature"], "status": b["status"], "low": b["low"],
-                 "high": b["high"]} for b in sweep["phase_boundary"]]
-    fits = [{k: v for k, v in fit.items() if k != "lengths"} | {"lengths": str(fit["lengths"])} for fit in sweep["fit"]]
-    scaling = Section("Scaling: E T = C(tau) n log n", paragraphs=[
-        "Fitted per temperature on the lengths whose pairs all met (a censored mean is only a lower bound); the "
-        "slope of log T against log(n log n) is about 1 where meeting times grow like n log n."],
-        tables=[("fit per temperature (bootstrap 95% intervals over pairs)", fits),
-                ("phase boundary: where half the pairs are censored (0: below the grid, inf: above it)", boundary)],
-        figures=[(drawn["scaling_constant"], "C(tau) and the log-log slope with bootstrap intervals")])
+    slow = [{"n": b["num_sites"], "slow up to tau": b["slow_up_to"], "fast from tau": b["fast_from"]}
+            for b in sweep["slow_region"]]
+    fits = [{"tau": fit["temperature"], "C(tau)": _interval(fit["C"], fit["C_low"], fit["C_high"]), "B": fit["B"],
+             "slope": _interval(fit["slope"], fit["slope_low"], fit["slope_high"]), "pairs": fit["num_pairs"],
+             "lengths": str(fit["lengths"]), "note": fit["note"]} for fit in sweep["fit"]]
+    scaling = Section("Scaling: T = n (C(tau) log n + B)", paragraphs=[
+        "Fitted per temperature by least squares over every pair of every length, where every pair met (a censored "
+        "time is only a lower bound, and leaving out lengths would select fast samples); C(tau) is the n log n "
+        "constant, B the O(n) term. The slope of log T against log(n log n) is about 1 where meeting times grow like "
+        f"n log n. Intervals: Student-t over the pairs at {confidence}."],
+        tables=[("fit per temperature", fits),
+                ("slow region per length (0: none confidently slow; inf: none above confidently fast)", slow)],
+        figures=[(drawn["scaling_constant"], f"C(tau) and the log-log slope with {confidence} intervals")])
     sections = [claims_section(result.claims), overview, scaling]
     if "drift" in drawn:
         sections.append(Section("Drift", tables=[("C of threshold hitting times", sweep["hitting_fit"])],
                                 figures=[(drawn["drift"], "mean drift of the drift chains")]))
     if "tv_bounds" in drawn:
-        sections.append(Section("L-lag bounds", figures=[(drawn["tv_bounds"], "upper bounds on TV(mu_0 P^t, pi)")]))
+        sections.append(Section("L-lag bounds", figures=[(drawn["tv_bounds"], "estimated bounds on TV(mu_0 P^t, pi); "
+                                                          "1 where a pair never met")]))
     cells = [{"temperature": c["temperature"], "n": c["num_sites"], "sites": _span(c["sites"]),
-              **{k: c.get(k) for k in CELL_COLUMNS[2:]}} for c in sweep["cells"]]
-    sections.append(Section("Cells", tables=[("every cell (sites: the resampled positions)", cells)]))
+              "pairs": c["num_pairs"], "censored": f"{c['censored_fraction']:.0%}", "budget": c["budget"],
+              "median meeting time [interval] (coverage)": quantile_text(c, "meeting_time_median"),
+              "q90": quantile_text(c, "meeting_time_q90"),
+              "restricted mean": _interval(c["meeting_time_restricted_mean"], c["meeting_time_restricted_mean_low"],
+                                           c["meeting_time_restricted_mean_high"]),
+              "change rate": c["change_rate"]} for c in sweep["cells"]]
+    sections.append(Section("Cells", tables=[(f"every cell: Kaplan-Meier quantiles ('> b': beyond the budget, a lower "
+                                              f"bound) with order-statistic intervals and the coverage they achieve; "
+                                              f"restricted mean E min(T, budget) with its >= {confidence} interval",
+                                              cells)]))
     sections.append(Section("Run", tables=[("timings", [report["timings"]]), ("forward rows", [sweep["rows"]]),
                                            ("environment", [report["environment"]])]))
     return sections
+
+
+def _interval(value: float | None, low: float | None, high: float | None) -> str:
+    if value is None or math.isnan(value):
+        return "—"
+    return f"{value:.3g} [{low:.3g}, {high:.3g}]" if low is not None and high is not None else f"{value:.3g}"
 
 
 def _span(sites: list[int]) -> str:
@@ -116,26 +141,22 @@ def _span(sites: list[int]) -> str:
     return ", ".join(map(str, sites))
 
 
-def _temperature(value: float, status: str) -> str:
-    return f"{value:.3g}" if status == "interpolated" and math.isfinite(value) else status.replace("_", " ")
-
-
 def sweep_summary(result: SweepResult) -> str:
     """The lines the CLI prints."""
     lines = [f"sweep: {len(result.cells)} cells, {result.timings['steps']:.0f} steps in "
              f"{result.timings['chain_seconds']:.1f} s; met pairs saved {result.rows['rows_saved_fraction']:.0%} of "
              "the forward rows"]
     for tau, fit in sorted(result.analysis.fits.items()):
-        if fit.lengths:
-            lines.append(f"  tau={tau:g}: C = {fit.C:.3g} [{fit.C_low:.3g}, {fit.C_high:.3g}] on n = {fit.lengths}, "
-                         f"log-log slope {fit.slope:.2f}, censored {fit.censored_fraction:.2f}")
+        if fit.note:
+            lines.append(f"  tau={tau:g}: no fit ({fit.note})")
         else:
-            lines.append(f"  tau={tau:g}: no length with every pair met (censored {fit.censored_fraction:.2f})")
-    for point in result.analysis.boundary:
-        lines.append(f"  n={point.num_sites}: tau_c = {_temperature(point.temperature, point.status)} "
-                     f"[{point.low:.3g}, {point.high:.3g}]")
+            lines.append(f"  tau={tau:g}: C = {fit.C:.3g} [{fit.C_low:.3g}, {fit.C_high:.3g}] (T = n (C log n + B), "
+                         f"B = {fit.B:.3g}), log-log slope {fit.slope:.2f} [{fit.slope_low:.2f}, "
+                         f"{fit.slope_high:.2f}] over {fit.num_pairs} pairs")
+    lines += [f"  {bracket.describe()}" for bracket in result.analysis.brackets]
     for claim in result.claims.claims:
-        lines.append(f"claim {claim.name}: {claim.verdict}")
+        power = "" if math.isnan(claim.power) else f" (plug-in power {claim.power:.2f})"
+        lines.append(f"claim {claim.name}: {claim.verdict}{power}")
     lines += [f"note: {text}" for text in result.claims.contradictions]
     return "\n".join(lines)
 

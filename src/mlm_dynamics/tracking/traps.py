@@ -23,7 +23,7 @@ import torch
 import yaml
 from torch import Tensor
 
-from ..diagnostics.quantiles import quantile_summary
+from ..diagnostics.survival import estimate_quantile
 from ..embedders.base import cosine_distance
 
 
@@ -44,14 +44,16 @@ class TrapEvent:
 def trap_statistics(events: Sequence[TrapEvent], basins: Tensor, chains: Sequence[int], now: int
                     ) -> dict[str, float]:
     """The traps of ``chains``: ``num_traps``, ``num_basins`` (distinct), ``trapped_fraction`` (of their observations
-    with a basin in ``basins [observations, all chains]``, ``-1`` = not trapped) and ``dwell_time_median`` (open
-    traps counted up to ``now``; the quantile convention of :mod:`~mlm_dynamics.diagnostics.quantiles`, nan without
-    traps)."""
+    with a basin in ``basins [observations, all chains]``, ``-1`` = not trapped) and the median dwell time with its
+    interval (:meth:`~mlm_dynamics.diagnostics.survival.QuantileEstimate.summary`: a trap still open at ``now`` is a
+    censored dwell, so ``dwell_time_median`` is missing, with ``dwell_time_median_lower_bound``, when more than half
+    of the traps are still open; nan without traps)."""
     mine = [e for e in events if e.chain in chains]
     dwell = torch.tensor([float(e.dwell(now)) for e in mine], dtype=torch.float64)
+    still_open = torch.tensor([e.exit_step is None for e in mine], dtype=torch.bool)
     return {"num_traps": float(len(mine)), "num_basins": float(len({e.basin for e in mine})),
             "trapped_fraction": float((basins[:, list(chains)] >= 0).double().mean()),
-            **quantile_summary("dwell_time", dwell, (0.5,))}
+            **estimate_quantile(dwell, still_open, 0.5).summary("dwell_time")}
 
 
 class TrapTracker:
