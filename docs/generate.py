@@ -1,6 +1,11 @@
-"""Write the documentation pages that are generated from the code: ``python docs/generate.py``.
+"""Write the documentation pages that are generated from the code and from measured results:
+``python docs/generate.py``.
 
-``tests/test_docs_generated.py`` fails when a committed page differs from what this writes.
+Results: ``python docs/generate.py --collect runs/default:default-run runs/sweep-ising:sweep-ising ...`` keeps a
+trimmed copy of each run's ``report.json`` in ``docs/data/NAME.json`` (the numbers, not every pair's time); the
+tables the Results page and the README show are rendered from those files into ``docs/results/NAME.md`` (included
+with ``--8<--``), so a number in the docs has one source. ``tests/test_docs_generated.py`` fails when a committed page
+differs from what this writes.
 """
 
 from __future__ import annotations
@@ -8,14 +13,19 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import inspect
+import json
 import os
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from mlm_dynamics.cli import JOBS, parser
 from mlm_dynamics.experiments.config import field_default, presets
 from mlm_dynamics.probes.keys import metric_key_page
+from mlm_dynamics.report.html import quantile_text
+from mlm_dynamics.report.run_report import key_figures
 
 
 def _doc(schema: type) -> str:
@@ -109,14 +119,97 @@ def api_page() -> str:
     return "\n".join(lines) + "\n"
 
 
-PAGES: dict[str, Callable[[], str]] = {"reference/api.md": api_page,"reference/metric-keys.md": metric_key_page,
-                                       "reference/config.md": config_page,
-                                       "reference/cli.md": cli_page}
+DATA = Path(__file__).parent / "data"
+_PER_PAIR = ("sites", "meeting_times", "censored", "start_kinds")
+
+
+def trim(report: dict[str, Any]) -> dict[str, Any]:
+    """What the docs show of a run's ``report.json``: everything but per-pair arrays, trajectories and per-kind rows."""
+    if "sweep" in report:
+        sweep = report["sweep"]
+        cells = [{k: v for k, v in cell.items() if k not in _PER_PAIR and "/" not in k} for cell in sweep["cells"]]
+        kept = {k: sweep[k] for k in ("claims", "fit", "slow_region", "notes", "rectangles") if k in sweep}
+        return {"config": report["config"], "environment": report["environment"], "timings": report["timings"],
+                "sweep": {**kept, "cells": cells}}
+    mixing = report.get("mixing", {})
+    ladder = [{k: v for k, v in row.items() if not isinstance(v, list)} for row in mixing.get("by_temperature", [])]
+    semantics = report.get("semantics", {})
+    return {"config": report["config"], "environment": report["environment"],
+            "chains": {k: v for k, v in report["chains"].items() if not isinstance(v, list)},
+            "mixing": {"by_temperature": ladder}, "semantics": {"by_temperature": semantics.get("by_temperature", [])},
+            "influence": {k: v for k, v in report.get("influence", {}).items() if not isinstance(v, dict)},
+            "rectangle": report.get("rectangle", {}), "claims": report["claims"]}
+
+
+def _table(rows: list[dict[str, Any]]) -> list[str]:
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns),
+            *("| " + " | ".join(_cell(str(row.get(c, ""))) for c in columns) + " |" for row in rows)]
+
+
+def _interval(value: float | None, low: float | None, high: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3g} [{low:.3g}, {high:.3g}]" if low is not None and high is not None else f"{value:.3g}"
+
+
+def _claims(claims: dict[str, Any]) -> list[str]:
+    rows = [{"claim": c["name"], "verdict": c["verdict"], "sample": c["sample"],
+             "plug-in power": "-" if c["power"] is None else f"{c['power']:.2f}"} for c in claims["claims"]]
+    return _table(rows)
+
+
+def results_page(data: dict[str, Any]) -> str:
+    """The tables of one collected run: per temperature (run) or per fit and cell (sweep), and the claims."""
+    source = data["environment"]
+    lines = [f"<!-- generated from docs/data by docs/generate.py: {source.get('command', '')} -->", ""]
+    if "sweep" in data:
+        sweep = data["sweep"]
+        fits = [{"tau": f"{f['temperature']:g}", "C(tau)": _interval(f["C"], f["C_low"], f["C_high"]),
+                 "B": "-" if f["B"] is None else f"{f['B']:.3g}",
+                 "log-log slope": _interval(f["slope"], f["slope_low"], f["slope_high"]),
+                 "pairs": int(f["num_pairs"])} for f in sweep["fit"]]
+        cells = {}
+        for cell in sweep["cells"]:
+            row = cells.setdefault(cell["temperature"], {"tau": f"{cell['temperature']:g}"})
+            row[f"n = {cell['num_sites']:g}"] = (f"{quantile_text(cell, 'meeting_time_median')}, "
+                                                 f"{cell['censored_fraction']:.0%} censored")
+        lines += ["Median meeting time [order-statistic interval] (its coverage), and the censored fraction:", "",
+                  *_table(list(cells.values())), "", "Fits of T = n (C(tau) log n + B), where every pair met:", "",
+                  *_table([f for f in fits if f["C(tau)"] != "-"] or [{"fit": "none: pairs censored at every "
+                                                                              "temperature"}]),
+                  "", "The claims:", "", *_claims(sweep["claims"])]
+    else:
+        lines += [*_table(key_figures(data)), "", "The claims:", "", *_claims(data["claims"])]
+    return "\n".join(lines) + "\n"
+
+
+def results_pages() -> dict[str, Callable[[], str]]:
+    """``results/NAME.md`` for each ``docs/data/NAME.json``."""
+    return {f"results/{path.stem}.md": (lambda path=path: results_page(json.loads(path.read_text())))
+            for path in sorted(DATA.glob("*.json"))}
+
+
+PAGES: dict[str, Callable[[], str]] = {"reference/api.md": api_page, "reference/metric-keys.md": metric_key_page,
+                                       "reference/config.md": config_page, "reference/cli.md": cli_page,
+                                       **results_pages()}
+
+
+def collect(pairs: list[str]) -> None:
+    """``RUN_DIR:NAME`` pairs: write ``docs/data/NAME.json`` from ``RUN_DIR/report.json``."""
+    DATA.mkdir(exist_ok=True)
+    for pair in pairs:
+        folder, _, name = pair.rpartition(":")
+        report = json.loads((Path(folder) / "report.json").read_text())
+        (DATA / f"{name}.json").write_text(json.dumps(trim(report), indent=1) + "\n")
+        print(f"wrote {DATA / name}.json")
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--collect"]:
+        collect(sys.argv[2:])
     here = Path(__file__).parent
-    for name, page in PAGES.items():
+    for name, page in {**PAGES, **results_pages()}.items():
         (here / name).parent.mkdir(parents=True, exist_ok=True)
         (here / name).write_text(page())
         print(f"wrote {here / name}")

@@ -49,3 +49,9 @@ def test_every_logged_key_is_in_the_table_and_every_unconditional_key_is_logged(
         for key in probe.keys:
             if not key.when:  # logged at every run
                 assert any(key_pattern(probe.group, key.name).fullmatch(k) for k in logged), (probe.group, key.name)
+
+
+def test_readme_shows_the_default_run_table_the_results_page_renders():
+    """One source for the default run's numbers: the README's table is the one rendered from docs/data."""
+    table = (ROOT / "docs" / "results" / "default-run.md").read_text().split("\n\n")[1]
+    assert table in (ROOT / "README.md").read_text()

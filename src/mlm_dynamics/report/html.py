@@ -79,8 +79,8 @@ def _number(value: float | None) -> str:
 
 def quantile_text(summary: Mapping[str, Any], key: str) -> str:
     """A censoring-aware quantile from a summary (:meth:`~mlm_dynamics.diagnostics.survival.QuantileEstimate.summary`
-    keys): ``"114 [80, 150] (95 %)"``, or ``"> 200 [150, unbounded] (88 %)"`` where it is censored; ``"—"`` without
-    it. JSON ``null`` (a missing or unbounded value) reads as unbounded."""
+    keys): ``"114 [80, 150] (95.1 %)"``, or ``"> 200 [150, unbounded] (87.5 %)"`` where it is censored; ``"—"``
+    without it. JSON ``null`` (a missing or unbounded value) reads as unbounded."""
     value, bound = summary.get(key), summary.get(f"{key}_lower_bound")
     if value is None and bound is None:
         return "—"
@@ -90,7 +90,7 @@ def quantile_text(summary: Mapping[str, Any], key: str) -> str:
     if confidence is None or (isinstance(confidence, float) and math.isnan(confidence)):
         return point
     return (f"{point} [{_number(summary.get(f'{key}_low'))}, {_number(summary.get(f'{key}_high'))}] "
-            f"({confidence:.0%})")
+            f"({100 * confidence:.3g} %)")
 
 
 def figure_png(figure: Figure, dpi: int = 110) -> bytes:
