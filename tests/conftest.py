@@ -11,8 +11,9 @@ torch.set_num_threads(2)
 # property tests draw the same examples on every run (CI stays reproducible); explore with --hypothesis-seed
 settings.register_profile("reproducible", derandomize=True)
 settings.load_profile("reproducible")
-# scripts that made the reference data (they need arviz etc.): not test modules, and no doctests
-collect_ignore_glob = ["data/*.py"]
+# scripts that made the reference data (they need arviz etc.) and the families' model code (loaded as remote code from
+# a model directory): not test modules, and no doctests
+collect_ignore_glob = ["data/*.py", "family_models/*"]
 
 
 @pytest.fixture(scope="session")

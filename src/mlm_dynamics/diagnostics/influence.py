@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from .._random import Randomness, as_generator
-from ..models.base import Denoiser, require_integer
+from ..models.base import Denoiser, check_attention_mask, require_integer
 from ..sampling.categorical import check_temperature, tempered_log_probs
 
 
@@ -138,8 +138,10 @@ def check_temperatures(temperatures: Sequence[float]) -> list[float]:
 @torch.no_grad()
 def estimate_influence(denoiser: Denoiser, contexts: Tensor, *, temperatures: Sequence[float] = (1.0,),
                        sites: Tensor | None = None, replacements: int | None = 1,
-                       generator: Randomness = 0, chunk_size: int = 256) -> InfluenceEstimate:
-    """Estimate ``alpha_ij(tau)`` on ``contexts [C, L]`` (shared sites).
+                       generator: Randomness = 0, chunk_size: int = 256,
+                       attention_mask: Tensor | None = None) -> InfluenceEstimate:
+    """Estimate ``alpha_ij(tau)`` on ``contexts [C, L]`` (shared sites; ``attention_mask [C, L]``: each context's
+    padding, carried to every row built from it).
 
     For each context, site j and replacement token b != x_j (``replacements`` drawn uniformly from the allowed
     tokens, or all of them when ``None``), compares the conditionals at every other site i under ``x`` and
@@ -172,7 +174,13 @@ def estimate_influence(denoiser: Denoiser, contexts: Tensor, *, temperatures: Se
     device = contexts.device
     if sites is not None:
         require_integer("sites", sites)
-    sites = denoiser.resampleable_sites(contexts)[0] if sites is None else sites.to(device).long()
+    mask = check_attention_mask(attention_mask, contexts)
+    if sites is None:
+        sites = denoiser.padded_sites(contexts, attention_mask=mask)[0][0] if mask is not None else \
+            denoiser.resampleable_sites(contexts)[0]
+    sites = sites.to(device).long()
+    if mask is not None and not bool(mask[:, sites].all()):
+        raise ValueError("sites: a site is padding in some context (attention_mask 0 there)")
     if sites.dim() != 1 or len(sites) < 2:
         raise ValueError(f"sites must be a 1-D tensor of at least 2 positions, got {tuple(sites.shape)}")
     if len(sites.unique()) != len(sites):
@@ -188,11 +196,13 @@ def estimate_influence(denoiser: Denoiser, contexts: Tensor, *, temperatures: Se
     sensitivity = torch.zeros(n, n, dtype=torch.float64, device=device)
     generator = as_generator(generator, device=device)
 
-    def site_logits(rows: Tensor, positions: Tensor) -> Tensor:
-        return denoiser.chunked_conditional_logits(rows, positions, chunk_size)[:, 0].double()
+    def site_logits(rows: Tensor, positions: Tensor, row_mask: Tensor | None) -> Tensor:
+        masks = None if row_mask is None else row_mask.expand(len(rows), -1)
+        return denoiser.chunked_conditional_logits(rows, positions, chunk_size, masks)[:, 0].double()
 
-    for context in contexts:
-        base = site_logits(context.expand(n, -1), sites[:, None])  # [n, V], row i = l_i(x)
+    for index, context in enumerate(contexts):
+        row_mask = None if mask is None else mask[index]
+        base = site_logits(context.expand(n, -1), sites[:, None], row_mask)  # [n, V], row i = l_i(x)
         base_probs = torch.stack([tempered_log_probs(base, allowed, float(t), dtype=torch.float64).exp()
                                   for t in temps])  # [T, n, V]
         for j in range(n):
@@ -206,7 +216,7 @@ def estimate_influence(denoiser: Denoiser, contexts: Tensor, *, temperatures: Se
             changed[:, sites[j]] = choices
             rows = changed.repeat_interleave(len(others), 0)  # [R (n - 1), L]
             positions = sites[others].repeat(len(choices))[:, None]
-            logits = site_logits(rows, positions).view(len(choices), len(others), -1)
+            logits = site_logits(rows, positions, row_mask).view(len(choices), len(others), -1)
             delta = logits - base[others]
             osc = delta.masked_fill(~allowed, -math.inf).amax(-1) - delta.masked_fill(~allowed, math.inf).amin(-1)
             sensitivity[others, j] = torch.maximum(sensitivity[others, j], osc.amax(0))

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..models.base import Denoiser
+from ..models.base import Denoiser, check_attention_mask
 
 
 def escape_probability_bound(margin: Tensor, num_allowed: int, temperature: float) -> Tensor:
@@ -82,10 +82,13 @@ class LocalMargins:
 
 @torch.no_grad()
 def local_margins(denoiser: Denoiser, tokens: Tensor, *, sites: Tensor | None = None, site_counts: Tensor | None = None,
-                  chunk_size: int = 256) -> LocalMargins:
-    """Margins of ``tokens [B, L]`` at ``sites [B, n]`` (default: all non-frame positions); with ``site_counts [B]``
-    row ``b`` has margins at its first ``site_counts[b]`` sites only (the padding is ``nan``, left out like masked
-    tokens). Cost: ``B n`` forward rows."""
+                  chunk_size: int = 256, attention_mask: Tensor | None = None) -> LocalMargins:
+    """Margins of ``tokens [B, L]`` at ``sites [B, n]`` (default: all non-frame, non-padding positions); with
+    ``site_counts [B]`` row ``b`` has margins at its first ``site_counts[b]`` sites only (the padding is ``nan``,
+    left out like masked tokens); ``attention_mask [B, L]``: each row's padding. Cost: ``B n`` forward rows."""
+    mask = check_attention_mask(attention_mask, tokens)
+    if sites is None and mask is not None:
+        sites, site_counts = denoiser.padded_sites(tokens, attention_mask=mask)
     if sites is None:
         sites = denoiser.resampleable_sites(tokens)
     if sites.dim() not in (1, 2) or sites.shape[-1] == 0:
@@ -94,7 +97,8 @@ def local_margins(denoiser: Denoiser, tokens: Tensor, *, sites: Tensor | None = 
     batch, n = sites.shape
     rows = tokens.repeat_interleave(n, 0)
     positions = sites.reshape(-1, 1)
-    logits = denoiser.chunked_conditional_logits(rows, positions, chunk_size)[:, 0].double().view(batch, n, -1)
+    masks = None if mask is None else mask.repeat_interleave(n, 0)
+    logits = denoiser.chunked_conditional_logits(rows, positions, chunk_size, masks)[:, 0].double().view(batch, n, -1)
     allowed = denoiser.vocab.allowed_mask(tokens.device)
     logits = logits.masked_fill(~allowed, -math.inf)
     current = tokens.gather(1, sites)

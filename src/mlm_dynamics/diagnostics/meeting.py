@@ -113,8 +113,9 @@ def meeting_times_of(state: CoupledState, *, started_at: int = 0, lag: int = 0) 
 
 def meeting_times(sampler: GlauberSampler, x0: Tensor, y0: Tensor, *, max_steps: int, generator: Randomness = 0,
                   sites: Tensor | None = None, site_counts: Tensor | None = None, streams: Tensor | None = None,
-                  freeze_met: bool = True) -> MeetingTimes:
-    """Meeting times of maximally coupled pairs started at ``(x0[p], y0[p])``, censored at ``max_steps``.
+                  freeze_met: bool = True, attention_mask: Tensor | None = None) -> MeetingTimes:
+    """Meeting times of maximally coupled pairs started at ``(x0[p], y0[p])``, censored at ``max_steps``
+    (``attention_mask [P, L]``: the padding both chains of pair ``p`` share).
 
     Met pairs leave the forward batch (``freeze_met``): the times are the same as with them running on. Cost: at
     most ``max_steps`` forwards of ``<= 2 P`` rows.
@@ -136,18 +137,21 @@ def meeting_times(sampler: GlauberSampler, x0: Tensor, y0: Tensor, *, max_steps:
         0.951
     """
     chains = CoupledGlauberChains(sampler, freeze_met=freeze_met)
-    state = chains.init_state(x0, y0, generator, sites=sites, site_counts=site_counts, streams=streams)
+    state = chains.init_state(x0, y0, generator, sites=sites, site_counts=site_counts, streams=streams,
+                              attention_mask=attention_mask)
     return meeting_times_of(chains.run(state, max_steps))
 
 
 def lagged_meeting_times(sampler: GlauberSampler, x0: Tensor, y0: Tensor, *, lag: int, max_steps: int,
                          generator: Randomness = 0, sites: Tensor | None = None, site_counts: Tensor | None = None,
-                         streams: Tensor | None = None, freeze_met: bool = True) -> MeetingTimes:
+                         streams: Tensor | None = None, freeze_met: bool = True,
+                         attention_mask: Tensor | None = None) -> MeetingTimes:
     """L-lag meeting times ``tau = L + inf{t : X_{L+t} = Y_t}`` with ``X_0 = x0``, ``Y_0 = y0`` (draws from
     ``mu_0``), censored at ``L + max_steps`` (:func:`~mlm_dynamics.sampling.coupling.lagged_coupling`); their
     :meth:`MeetingTimes.tv_upper_bound` bounds ``TV(mu_0 P^t, pi)``."""
     state = lagged_coupling(sampler, x0, y0, lag=lag, max_steps=max_steps, generator=generator, sites=sites,
-                            site_counts=site_counts, streams=streams, freeze_met=freeze_met)
+                            site_counts=site_counts, streams=streams, freeze_met=freeze_met,
+                            attention_mask=attention_mask)
     return meeting_times_of(state, lag=lag)
 
 

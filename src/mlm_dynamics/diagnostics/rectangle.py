@@ -27,19 +27,21 @@ from einops import rearrange
 from torch import Tensor
 
 from .._random import Randomness, as_generator
-from ..models.base import Denoiser, require_integer
+from ..models.base import Denoiser, check_attention_mask, require_integer
 from ..sampling.categorical import check_temperature
 from .quantiles import DEFAULT_LEVELS, quantile_summary
 
 
 @torch.no_grad()
 def rectangle_grid(denoiser: Denoiser, contexts: Tensor, i: Tensor, j: Tensor, tokens_i: Tensor, tokens_j: Tensor,
-                   *, temperature: float = 1.0, chunk_size: int = 256) -> Tensor:
+                   *, temperature: float = 1.0, chunk_size: int = 256,
+                   attention_mask: Tensor | None = None) -> Tensor:
     """All rectangle statistics ``R[c, a, a', b, b']`` of shape ``[C, A, A, B, B]``.
 
     Args:
         contexts: ``[C, L]`` sequences; ``i``, ``j``: ``[C]`` distinct positions; ``tokens_i``: ``[C, A]`` and
             ``tokens_j``: ``[C, B]`` candidate tokens (indices ``a, a'`` and ``b, b'`` refer to these lists).
+        attention_mask: optional ``[C, L]`` padding of each context (carried to every row built from it).
 
     Cost: ``C (A + B)`` forward rows, in chunks of ``chunk_size``.
     """
@@ -61,7 +63,9 @@ def rectangle_grid(denoiser: Denoiser, contexts: Tensor, i: Tensor, j: Tensor, t
                                                               tokens_i[..., None])
     rows = torch.cat([with_b.flatten(0, 1), with_a.flatten(0, 1)])
     positions = torch.cat([i.repeat_interleave(num_b), j.repeat_interleave(num_a)])[:, None]
-    logits = denoiser.chunked_conditional_logits(rows, positions, chunk_size)[:, 0].double()
+    masks = None if attention_mask is None else torch.cat([attention_mask.repeat_interleave(num_b, 0),
+                                                          attention_mask.repeat_interleave(num_a, 0)])
+    logits = denoiser.chunked_conditional_logits(rows, positions, chunk_size, masks)[:, 0].double()
     logits_i = logits[: num_contexts * num_b].view(num_contexts, num_b, -1)  # l_i^(b)
     logits_j = logits[num_contexts * num_b:].view(num_contexts, num_a, -1)  # l_j^(a)
     at_i = logits_i.gather(2, tokens_i[:, None, :].expand(-1, num_b, -1))  # [C, b, a] = l_i^(b)[a]
@@ -131,12 +135,14 @@ def check_rectangle_options(*, pairs_per_context: int, num_tokens: int, token_ch
 def sample_rectangles(denoiser: Denoiser, contexts: Tensor, *, pairs_per_context: int = 4, num_tokens: int = 4,
                       token_choice: str = "topk", min_distance: int = 1, max_distance: int | None = None,
                       temperature: float = 1.0, sites: Tensor | None = None, site_counts: Tensor | None = None,
-                      generator: Randomness, chunk_size: int = 256) -> RectangleReport:
+                      generator: Randomness, chunk_size: int = 256,
+                      attention_mask: Tensor | None = None) -> RectangleReport:
     """Sample rectangles on ``contexts [C, L]`` and compute R for each.
 
-    ``sites`` (``[n]`` shared or ``[C, n]``; default: each context's non-frame positions) are the candidate sites;
-    with ``site_counts [C]`` context ``c`` uses its first ``site_counts[c]`` (padded batches, see
-    :meth:`~mlm_dynamics.models.Denoiser.padded_sites`).
+    ``sites`` (``[n]`` shared or ``[C, n]``; default: each context's non-frame, non-padding positions) are the
+    candidate sites; with ``site_counts [C]`` context ``c`` uses its first ``site_counts[c]`` (padded batches, see
+    :meth:`~mlm_dynamics.models.Denoiser.padded_sites`). ``attention_mask [C, L]`` marks each context's padding, which
+    every row built from the context carries to the model.
 
     Each context gets ``pairs_per_context`` site pairs with ``min_distance <= |i - j| <= max_distance`` (positions in
     the sequence), and ``num_tokens`` candidates per site: the top-k of the site's conditional
@@ -166,6 +172,9 @@ def sample_rectangles(denoiser: Denoiser, contexts: Tensor, *, pairs_per_context
     allowed = denoiser.vocab.allowed_mask(contexts.device)
     if num_tokens > int(allowed.sum()):
         raise ValueError(f"num_tokens {num_tokens} exceeds the {int(allowed.sum())} allowed tokens")
+    mask = check_attention_mask(attention_mask, contexts)
+    if sites is None and mask is not None:
+        sites, site_counts = denoiser.padded_sites(contexts, attention_mask=mask)
     sites = denoiser.resampleable_sites(contexts) if sites is None else sites.expand(contexts.shape[0], -1)
     pair_i, pair_j, owners = [], [], []
     for c in range(contexts.shape[0]):
@@ -182,15 +191,18 @@ def sample_rectangles(denoiser: Denoiser, contexts: Tensor, *, pairs_per_context
             owners.append(c)
     device = contexts.device
     i, j = torch.tensor(pair_i, device=device), torch.tensor(pair_j, device=device)
-    rows = contexts[torch.tensor(owners, device=device)]
-    base = denoiser.chunked_conditional_logits(torch.cat([rows, rows]), torch.cat([i, j])[:, None], chunk_size)[:, 0]
+    owner = torch.tensor(owners, device=device)
+    rows, masks = contexts[owner], None if mask is None else mask[owner]
+    base = denoiser.chunked_conditional_logits(torch.cat([rows, rows]), torch.cat([i, j])[:, None], chunk_size,
+                                               None if masks is None else torch.cat([masks, masks]))[:, 0]
     base = base.masked_fill(~allowed, -math.inf)
     if token_choice == "topk":
         tokens_i, tokens_j = base.topk(num_tokens, dim=-1).indices.chunk(2)
     else:
         weights = allowed.double().to(generator.device).expand(2 * len(i), -1)
         tokens_i, tokens_j = torch.multinomial(weights, num_tokens, generator=generator).to(device).chunk(2)
-    grid = rectangle_grid(denoiser, rows, i, j, tokens_i, tokens_j, temperature=temperature, chunk_size=chunk_size)
+    grid = rectangle_grid(denoiser, rows, i, j, tokens_i, tokens_j, temperature=temperature, chunk_size=chunk_size,
+                          attention_mask=masks)
     upper_a = torch.triu_indices(num_tokens, num_tokens, 1, device=device)
     values = grid[:, upper_a[0], upper_a[1]][:, :, upper_a[0], upper_a[1]].flatten(1)  # [P, pairs_a * pairs_b]
     scale = base.masked_fill(~allowed, 0.0).abs().amax(-1).view(2, -1).amax(0).to(values.dtype)

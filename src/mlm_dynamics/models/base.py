@@ -4,6 +4,12 @@ A :class:`Denoiser` maps token ids ``x`` of shape ``[B, L]`` and positions ``P``
 logits ``l[b, k, :] = logits of x[b, P[b, k]] given x[b] with all K positions of row b masked``, shape ``[B, K, V]``.
 For ``K = 1`` this is the single-site conditional ``p_i(. | x_{-i}) = softmax(l_i)`` that drives Glauber dynamics.
 
+Padding: an optional per-row ``attention_mask [B, L]`` (True where the token is real) goes with the tokens to the
+model and keeps padded positions out of the sites. Models that pad with a token that also has a meaning of its own
+(LLaDA and Dream pad with EOS, which answers also end with) need it: padding cannot be told from the tokens there.
+Everything that builds rows from given rows (chains, coupled pairs, rectangles, influence, margins, probes) carries
+each row's mask along.
+
 Everything in :mod:`mlm_dynamics` (sampler, coupling, rectangle test, influence, margins) talks to models only
 through :meth:`Denoiser.conditional_logits` and :class:`VocabInfo`.
 """
@@ -61,18 +67,38 @@ class VocabInfo:
         return allowed
 
 
+def check_attention_mask(attention_mask: Tensor | None, tokens: Tensor) -> Tensor | None:
+    """``attention_mask`` as a bool ``[B, L]`` on the tokens' device (True: a real token), ``None`` when absent or
+    all True (nothing padded); a ValueError naming it for another shape or a row with nothing to attend to."""
+    if attention_mask is None:
+        return None
+    if not isinstance(attention_mask, Tensor) or tuple(attention_mask.shape) != tuple(tokens.shape):
+        raise ValueError(f"attention_mask must be a [B, L] tensor like the tokens {tuple(tokens.shape)}, got "
+                         f"{tuple(getattr(attention_mask, 'shape', ())) or type(attention_mask).__name__}")
+    if attention_mask.dtype.is_floating_point and not bool(((attention_mask == 0) | (attention_mask == 1)).all()):
+        raise ValueError("attention_mask must hold 0/1 or booleans (1: a real token, 0: padding)")
+    mask = attention_mask.to(tokens.device).bool()
+    if not bool(mask.any(1).all()):
+        raise ValueError("attention_mask: a row has no real token (every position is padding)")
+    return None if bool(mask.all()) else mask
+
+
 class Denoiser(nn.Module, abc.ABC):
     """Base class: validated access to masked conditionals.
 
     Subclasses set ``self.vocab`` and implement :meth:`_masked_logits`; callers use :meth:`conditional_logits`,
-    which checks shapes, ranges and the output (NaN/inf logits raise).
+    which checks shapes, ranges and the output (NaN/inf logits raise). A subclass whose model can exclude padding
+    from attention sets ``takes_attention_mask = True`` and accepts ``attention_mask`` in :meth:`_masked_logits`.
     """
 
     vocab: VocabInfo
+    takes_attention_mask: bool = False
 
     @abc.abstractmethod
     def _masked_logits(self, tokens: Tensor, positions: Tensor) -> Tensor:
-        """Logits ``[B, K, V]`` at ``positions`` with those positions masked; inputs already validated."""
+        """Logits ``[B, K, V]`` at ``positions`` with those positions masked; inputs already validated (subclasses
+        with ``takes_attention_mask`` also receive ``attention_mask``: bool ``[B, L]``, or ``None`` when nothing is
+        padded)."""
 
     @property
     def device(self) -> torch.device:
@@ -81,12 +107,13 @@ class Denoiser(nn.Module, abc.ABC):
             return tensor.device
         return torch.device("cpu")
 
-    def conditional_logits(self, tokens: Tensor, positions: Tensor) -> Tensor:
+    def conditional_logits(self, tokens: Tensor, positions: Tensor, attention_mask: Tensor | None = None) -> Tensor:
         """Masked conditional logits.
 
         Args:
             tokens: ``[B, L]`` integer ids.
             positions: ``[B]`` or ``[B, K]`` positions in ``[0, L)``, distinct within a row.
+            attention_mask: optional ``[B, L]``, True (1) for real tokens and False (0) for padding.
 
         Returns:
             ``[B, K, V]`` float logits (``[B, 1, V]`` for 1-D ``positions``). Cost: one forward pass of ``B`` rows.
@@ -94,7 +121,17 @@ class Denoiser(nn.Module, abc.ABC):
         if positions.dim() == 1:
             positions = positions[:, None]
         self._validate(tokens, positions)
-        logits = self._masked_logits(tokens, positions)
+        mask = check_attention_mask(attention_mask, tokens)
+        if mask is not None and not bool(mask.gather(1, positions).all()):
+            raise ValueError("positions: a position to resample is padding (attention_mask 0 there)")
+        if mask is None:
+            logits = self._masked_logits(tokens, positions)
+        elif self.takes_attention_mask:
+            logits = self._masked_logits(tokens, positions, attention_mask=mask)  # type: ignore[call-arg]
+        else:
+            raise ValueError(f"attention_mask: {type(self).__name__} cannot exclude padding from its model's "
+                             "attention; pass rows without padding, or use a denoiser whose model takes masks "
+                             "(MaskedLMDenoiser, FullSequenceDenoiser with attention=)")
         expected = (tokens.shape[0], positions.shape[1], self.vocab.size)
         if tuple(logits.shape) != expected:
             raise RuntimeError(f"{type(self).__name__} returned logits of shape {tuple(logits.shape)}, "
@@ -105,24 +142,30 @@ class Denoiser(nn.Module, abc.ABC):
             raise FloatingPointError(f"{type(self).__name__} produced NaN/+inf logits at (row, slot) {bad}")
         return logits
 
-    def chunked_conditional_logits(self, tokens: Tensor, positions: Tensor, chunk_size: int = 256) -> Tensor:
+    def chunked_conditional_logits(self, tokens: Tensor, positions: Tensor, chunk_size: int = 256,
+                                   attention_mask: Tensor | None = None) -> Tensor:
         """:meth:`conditional_logits` over many rows, ``chunk_size`` rows per forward pass (bounded activations)."""
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-        return torch.cat([self.conditional_logits(tokens[s:s + chunk_size], positions[s:s + chunk_size])
+        return torch.cat([self.conditional_logits(tokens[s:s + chunk_size], positions[s:s + chunk_size],
+                                                  None if attention_mask is None else attention_mask[s:s + chunk_size])
                           for s in range(0, tokens.shape[0], chunk_size)])
 
-    def free_mask(self, tokens: Tensor) -> Tensor:
-        """Boolean ``[B, L]``: True where the token is not a frame token."""
+    def free_mask(self, tokens: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+        """Boolean ``[B, L]``: True where the token is not a frame token and not padding (``attention_mask``)."""
         frame = torch.tensor(self.vocab.frame_ids, dtype=tokens.dtype, device=tokens.device)
-        return ~torch.isin(tokens, frame)
+        free = ~torch.isin(tokens, frame)
+        mask = check_attention_mask(attention_mask, tokens)
+        return free if mask is None else free & mask
 
-    def padded_sites(self, tokens: Tensor, where: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """``(sites [B, n_max], counts [B])``: each row's non-frame positions (restricted to ``where [B, L]`` if
-        given) first, in order, padded by repeating its last one; for rows of different lengths (padded batches),
-        to pass as ``sites=``, ``site_counts=``."""
+    def padded_sites(self, tokens: Tensor, where: Tensor | None = None,
+                     attention_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """``(sites [B, n_max], counts [B])``: each row's non-frame, non-padding positions (restricted to
+        ``where [B, L]`` if given) first, in order, padded by repeating its last one; for rows of different lengths
+        (padded batches), to pass as ``sites=``, ``site_counts=``."""
         self._validate_tokens(tokens)
-        free = self.free_mask(tokens) if where is None else self.free_mask(tokens) & where.to(tokens.device)
+        free = self.free_mask(tokens, attention_mask)
+        free = free if where is None else free & where.to(tokens.device)
         counts = free.sum(1)
         if (counts == 0).any():
             raise ValueError("tokens: a row has no resampleable position (every token is a frame token)")
@@ -132,10 +175,11 @@ class Denoiser(nn.Module, abc.ABC):
         index = torch.arange(order.shape[1], device=tokens.device)
         return torch.where(index < counts[:, None], order, last), counts
 
-    def resampleable_sites(self, tokens: Tensor) -> Tensor:
-        """Positions ``[B, n]`` whose tokens are not frame tokens; every row must have the same count ``n``."""
+    def resampleable_sites(self, tokens: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+        """Positions ``[B, n]`` whose tokens are not frame tokens nor padding; every row must have the same count
+        ``n`` (else :meth:`padded_sites`)."""
         self._validate_tokens(tokens)
-        free = self.free_mask(tokens)
+        free = self.free_mask(tokens, attention_mask)
         counts = free.sum(1)
         if (counts != counts[0]).any():
             raise ValueError(f"tokens: rows have different numbers of resampleable positions {counts.tolist()}; "
@@ -184,4 +228,4 @@ def mask_positions(tokens: Tensor, positions: Tensor, mask_id: int) -> Tensor:
     return tokens.scatter(1, positions, mask_id)
 
 
-__all__ = ["Denoiser", "VocabInfo", "mask_positions", "require_integer"]
+__all__ = ["Denoiser", "VocabInfo", "check_attention_mask", "mask_positions", "require_integer"]

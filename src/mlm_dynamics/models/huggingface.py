@@ -143,6 +143,7 @@ class MaskedLMDenoiser(Denoiser):
     model: Any
     encoder: Any
     head: Head
+    takes_attention_mask = True
 
     def __init__(self, model: Any, *, tokenizer: Any = None, mask_id: int | None = None,
                  special_ids: Sequence[int] | None = None, frame_ids: Sequence[int] | None = None,
@@ -184,23 +185,27 @@ class MaskedLMDenoiser(Denoiser):
                                frame_ids=tuple(sorted(frame)), max_length=max_length,
                                pad_id=pad_id if pad_id is not None and pad_id < vocab_size else None)
 
-    def hidden_states(self, tokens: Tensor) -> Tensor:
-        """Last hidden states ``[B, L, H]`` of the encoder; padding (``pad_id``) is masked out of attention, so a
-        padded row gives the states of the unpadded sequence. Cost: one encoder forward of ``B`` rows."""
-        return self.encoder(input_ids=tokens, attention_mask=self._attention(tokens)).last_hidden_state
+    def hidden_states(self, tokens: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+        """Last hidden states ``[B, L, H]`` of the encoder; padding (``attention_mask`` 0, else the ``pad_id``
+        tokens) is masked out of attention, so a padded row gives the states of the unpadded sequence. Cost: one
+        encoder forward of ``B`` rows."""
+        return self.encoder(input_ids=tokens, attention_mask=self._attention(tokens, attention_mask)).last_hidden_state
 
-    def _attention(self, tokens: Tensor) -> Tensor | None:
-        """``1`` where attended, ``0`` at padding; ``None`` (attend everywhere) when no row is padded."""
+    def _attention(self, tokens: Tensor, attention_mask: Tensor | None = None) -> Tensor | None:
+        """``1`` where attended, ``0`` at padding (the given mask, else ``pad_id``); ``None`` (attend everywhere)
+        when no row is padded."""
+        if attention_mask is not None:
+            return attention_mask.long()
         if self.pad_id is None:
             return None
         padding = tokens == self.pad_id
         return (~padding).long() if padding.any() else None
 
-    def _masked_logits(self, tokens: Tensor, positions: Tensor) -> Tensor:
+    def _masked_logits(self, tokens: Tensor, positions: Tensor, attention_mask: Tensor | None = None) -> Tensor:
         masked = mask_positions(tokens.long(), positions, self.mask_id)
         if self.head_only:
             try:
-                hidden = self.hidden_states(masked)
+                hidden = self.hidden_states(masked, attention_mask)
                 picked = hidden.gather(1, positions[..., None].expand(-1, -1, hidden.shape[-1]))
                 logits = self.head(picked).float()
             except torch.OutOfMemoryError:
@@ -213,7 +218,7 @@ class MaskedLMDenoiser(Denoiser):
             else:
                 self._head_checked = True
                 return logits
-        logits = self.model(input_ids=masked, attention_mask=self._attention(masked)).logits
+        logits = self.model(input_ids=masked, attention_mask=self._attention(masked, attention_mask)).logits
         return logits.gather(1, positions[..., None].expand(-1, -1, logits.shape[-1])).float()
 
     @classmethod

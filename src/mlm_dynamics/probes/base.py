@@ -197,8 +197,9 @@ class ScheduledProbe:
         rows = self.starts(denoiser) if self.start_tokens is not None else start_states(denoiser,
                                                                                         placeholder_rows(denoiser))
         with isolated(module, denoiser, device=denoiser.device):
-            sample = StartStates(rows.tokens[:1], rows.sites[:1], rows.counts[:1])
-            denoiser.conditional_logits(sample.tokens, sample.sites[:, :1])  # raises on a wrong output shape
+            mask = None if rows.attention_mask is None else rows.attention_mask[:1]
+            sample = StartStates(rows.tokens[:1], rows.sites[:1], rows.counts[:1], mask)
+            denoiser.conditional_logits(sample.tokens, sample.sites[:, :1], mask)  # raises on a wrong output shape
             self.probe.bind(denoiser, sample)
 
     def note_evaluation_start(self, module: nn.Module) -> None:

@@ -123,7 +123,8 @@ class DriftProbe(Probe):
                 self._pending = None
             else:
                 self.chain_state = sampler.init_state(starts.tokens, generator=as_generator(generator, "chains"),
-                                                      sites=starts.sites, site_counts=starts.counts)
+                                                      sites=starts.sites, site_counts=starts.counts,
+                                                      attention_mask=starts.attention_mask)
                 self.monitor.start(self.chain_state)
         return self.chain_state, self.monitor
 

@@ -87,7 +87,7 @@ class MeetingTimeProbe(Probe):
         tokens, sites, counts = starts.tokens, starts.sites, starts.counts
         y0 = randomize_sites(denoiser, tokens, sites, generator, site_counts=counts)
         state = chains.init_state(tokens, y0, generator=as_generator(generator, "pairs"), sites=sites,
-                                  site_counts=counts)
+                                  site_counts=counts, attention_mask=starts.attention_mask)
         self.latest = meeting_times_of(chains.run(state, self.max_steps))
         self.meeting.to(tokens.device).reset()  # states on the model's device, so DDP can gather them
         self.meeting.update(self.latest)
@@ -96,7 +96,8 @@ class MeetingTimeProbe(Probe):
             x0 = randomize_sites(denoiser, tokens, sites, generator, site_counts=counts)
             y0 = randomize_sites(denoiser, tokens, sites, generator, site_counts=counts)
             lagged = lagged_meeting_times(sampler, x0, y0, lag=self.lag, max_steps=self.max_steps,
-                                          generator=as_generator(generator, "lagged"), sites=sites, site_counts=counts)
+                                          generator=as_generator(generator, "lagged"), sites=sites, site_counts=counts,
+                                          attention_mask=starts.attention_mask)
             self.lagged.to(tokens.device).reset()
             self.lagged.update(lagged)
             metrics.update({f"lagged/{k}": v for k, v in self.lagged.compute().items()})
@@ -132,7 +133,7 @@ class RectangleProbe(Probe):
         self.latest = sample_rectangles(denoiser, starts.tokens, pairs_per_context=self.pairs_per_context,
                                         num_tokens=self.num_tokens, max_distance=self.max_distance,
                                         temperature=self.temperature, sites=starts.sites, site_counts=starts.counts,
-                                        generator=generator)
+                                        generator=generator, attention_mask=starts.attention_mask)
         self.prevalence.to(starts.tokens.device).reset()
         self.prevalence.update(self.latest)
         return dict(self.prevalence.compute())
@@ -169,7 +170,8 @@ class DobrushinProbe(Probe):
         """Estimate influences at each temperature; the Dobrushin estimates."""
         self.latest = estimate_influence(denoiser, starts.tokens, temperatures=self.temperatures,
                                          sites=shared_sites(starts)[: self.max_sites],
-                                         replacements=self.replacements, generator=generator)
+                                         replacements=self.replacements, generator=generator,
+                                         attention_mask=starts.attention_mask)
         return self.latest.summary()
 
 

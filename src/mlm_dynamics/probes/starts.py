@@ -25,7 +25,7 @@ import torch
 import yaml
 from torch import Tensor
 
-from ..models.base import Denoiser
+from ..models.base import Denoiser, check_attention_mask
 
 IGNORE_INDEX = -100  # the label of positions a loss ignores (PyTorch's and Hugging Face's convention)
 
@@ -40,15 +40,19 @@ class StartStates:
         tokens: ``[B, L]`` token ids.
         sites: ``[B, n_max]`` resampled positions; row ``b`` uses its first ``counts[b]``, the rest repeats its last.
         counts: ``[B]`` number of sites of each row.
+        attention_mask: ``[B, L]`` bool, False at the batch's padding (``None``: nothing padded); the diagnostics
+            carry it to the model, which matters where the padding id also means something (EOS in LLaDA, Dream).
     """
 
     tokens: Tensor
     sites: Tensor
     counts: Tensor
+    attention_mask: Tensor | None = None
 
     def to(self, device: torch.device) -> StartStates:
         """The same starts on ``device``."""
-        return StartStates(self.tokens.to(device), self.sites.to(device), self.counts.to(device))
+        mask = None if self.attention_mask is None else self.attention_mask.to(device)
+        return StartStates(self.tokens.to(device), self.sites.to(device), self.counts.to(device), mask)
 
 
 @dataclass
@@ -146,7 +150,8 @@ def start_states(denoiser: Denoiser, rows: BatchRows) -> StartStates:
         raise ValueError(f"start_tokens: rows {empty} of the start batch have no position to resample (only frame, "
                          "padding or mask tokens)")
     sites, counts = denoiser.padded_sites(tokens, where.to(tokens.device))
-    return StartStates(tokens, sites, counts)
+    mask = None if rows.attention_mask is None else check_attention_mask(rows.attention_mask, tokens)
+    return StartStates(tokens, sites, counts, mask)
 
 
 def placeholder_rows(denoiser: Denoiser, length: int = 8) -> BatchRows:

@@ -159,14 +159,19 @@ class CoupledGlauberChains:
         self.sampler, self.freeze_met = sampler, freeze_met
 
     def init_state(self, x0: Tensor, y0: Tensor, generator: Randomness = 0, *, sites: Tensor | None = None,
-                   site_counts: Tensor | None = None, streams: Tensor | None = None) -> CoupledState:
-        """Pairs ``(x0[p], y0[p])``; ``streams [P]`` gives each pair its own counter-based stream (see :meth:`step`)."""
+                   site_counts: Tensor | None = None, streams: Tensor | None = None,
+                   attention_mask: Tensor | None = None) -> CoupledState:
+        """Pairs ``(x0[p], y0[p])``; ``streams [P]`` gives each pair its own counter-based stream (see :meth:`step`);
+        ``attention_mask [P, L]``: the padding both chains of a pair share (see
+        :meth:`~.glauber.GlauberSampler.init_state`)."""
         if x0.shape != y0.shape:
             raise ValueError(f"x0 and y0 must have equal shapes, got {tuple(x0.shape)} and {tuple(y0.shape)}")
-        x = self.sampler.init_state(x0, generator, sites=sites, site_counts=site_counts, streams=streams)
+        x = self.sampler.init_state(x0, generator, sites=sites, site_counts=site_counts, streams=streams,
+                                    attention_mask=attention_mask)
         require_integer("y0", y0)
         y = y0.to(x.tokens.device).long().clone()
-        if sites is None and not torch.equal(self.sampler.denoiser.resampleable_sites(y), x.sites):
+        if sites is None and attention_mask is None and not torch.equal(
+                self.sampler.denoiser.resampleable_sites(y), x.sites):
             raise ValueError("y0: its resampleable positions differ from x0's")
         if (x.tokens != y)[~resampled_mask(x)].any():
             raise ValueError("x0 and y0 must agree outside the resampled sites, or they could never meet")
@@ -189,7 +194,8 @@ class CoupledGlauberChains:
         moving = active if self.freeze_met else torch.arange(len(met), device=met.device)
         rows = torch.cat([chains.tokens[moving], state.y[active]])
         row_index = torch.cat([moving, active])
-        logits = sampler.denoiser.conditional_logits(rows, positions[row_index])
+        mask = None if chains.attention_mask is None else chains.attention_mask[row_index]
+        logits = sampler.denoiser.conditional_logits(rows, positions[row_index], mask)
         probs = sampler.log_probs(logits, sampler.row_temperature(row_index)).exp()
         state.rows += len(row_index)
         p, q = probs[: len(moving)], probs[len(moving):]
@@ -233,7 +239,8 @@ class CoupledGlauberChains:
 
 def lagged_coupling(sampler: GlauberSampler, x0: Tensor, y0: Tensor, *, lag: int, max_steps: int,
                     generator: Randomness = 0, sites: Tensor | None = None, site_counts: Tensor | None = None,
-                    streams: Tensor | None = None, freeze_met: bool = True) -> CoupledState:
+                    streams: Tensor | None = None, freeze_met: bool = True,
+                    attention_mask: Tensor | None = None) -> CoupledState:
     """The L-lag coupling: ``X`` from ``x0`` runs ``lag`` steps alone, then ``(X_{L+t}, Y_t)`` with ``Y_0 = y0`` are
     maximally coupled for at most ``max_steps`` steps; ``met_at`` counts steps of the coupled phase.
 
@@ -243,14 +250,16 @@ def lagged_coupling(sampler: GlauberSampler, x0: Tensor, y0: Tensor, *, lag: int
     if isinstance(lag, bool) or not isinstance(lag, int) or lag < 1:
         raise ValueError(f"lag must be an integer >= 1, got {lag!r}")
     chains = CoupledGlauberChains(sampler, freeze_met=freeze_met)
-    ahead = sampler.init_state(x0, generator, sites=sites, site_counts=site_counts, streams=streams)
+    ahead = sampler.init_state(x0, generator, sites=sites, site_counts=site_counts, streams=streams,
+                               attention_mask=attention_mask)
     sweeps = sorted(set((ahead.site_counts // sampler.block_size).tolist()))
     if sampler.scan != "random" and any(lag % sweep for sweep in sweeps):
         raise ValueError(f"lag must be a multiple of the sweep lengths {sweeps} for scan={sampler.scan!r}")
     for _ in sampler.run(ahead, lag):
         pass
     state = chains.init_state(ahead.tokens, y0, ahead.generator, sites=ahead.sites, site_counts=ahead.counts,
-                              streams=None if ahead.streams is None else mix(ahead.streams))
+                              streams=None if ahead.streams is None else mix(ahead.streams),
+                              attention_mask=ahead.attention_mask)
     return chains.run(state, max_steps)
 
 

@@ -26,15 +26,17 @@ class PseudoLogLikelihoodEnergy:
         self.denoiser, self.sites, self.chunk_size = denoiser, sites, chunk_size
 
     @torch.no_grad()
-    def __call__(self, tokens: Tensor) -> Tensor:
-        """Pseudo-log-likelihood energy ``[B]`` of ``tokens [B, L]`` over the sites (``B n`` forward rows)."""
-        sites = self.denoiser.resampleable_sites(tokens) if self.sites is None else self.sites
+    def __call__(self, tokens: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+        """Pseudo-log-likelihood energy ``[B]`` of ``tokens [B, L]`` over the sites (``B n`` forward rows;
+        ``attention_mask [B, L]``: each row's padding, never a site)."""
+        sites = self.denoiser.resampleable_sites(tokens, attention_mask) if self.sites is None else self.sites
         sites = sites.to(tokens.device).expand(tokens.shape[0], -1)
         batch, n = sites.shape
         rows = tokens.repeat_interleave(n, 0)
         positions = sites.reshape(-1, 1)
         allowed = self.denoiser.vocab.allowed_mask(tokens.device)
-        logits = self.denoiser.chunked_conditional_logits(rows, positions, self.chunk_size)[:, 0]
+        masks = None if attention_mask is None else attention_mask.repeat_interleave(n, 0)
+        logits = self.denoiser.chunked_conditional_logits(rows, positions, self.chunk_size, masks)[:, 0]
         log_p = logits.masked_fill(~allowed, -math.inf).log_softmax(-1)
         return -log_p.gather(1, rows.gather(1, positions)).view(batch, n).sum(1)
 

@@ -33,7 +33,7 @@ import torch
 from torch import Tensor, nn
 
 from .._random import Randomness, as_generator
-from ..models.base import Denoiser, require_integer
+from ..models.base import Denoiser, check_attention_mask, require_integer
 from .categorical import as_temperature, check_truncation, inverse_cdf, sample_categorical, tempered_log_probs
 from .streams import uniforms
 
@@ -78,6 +78,7 @@ class ChainState:
         counts: ``[B]`` number of sites of each row (``None``: every row uses all ``n_max``).
         streams: ``[B]`` int64 keys of per-chain counter-based streams (:mod:`.streams`): chain ``b`` then draws
             from its own key and step only, never from ``generator`` (``None``: all chains share ``generator``).
+        attention_mask: ``[B, L]`` bool, False at padding the model must not attend to (``None``: no padding).
     """
 
     tokens: Tensor
@@ -88,6 +89,7 @@ class ChainState:
     energy: Tensor | None = None
     counts: Tensor | None = None
     streams: Tensor | None = None
+    attention_mask: Tensor | None = None
 
     @property
     def num_sites(self) -> int:
@@ -108,7 +110,8 @@ class ChainState:
                 "streams": None if self.streams is None else self.streams.clone(),
                 "rng": self.generator.get_state(), "rng_device": self.generator.device.type,
                 "order": None if self.order is None else self.order.clone(),
-                "energy": None if self.energy is None else self.energy.clone()}
+                "energy": None if self.energy is None else self.energy.clone(),
+                "attention_mask": None if self.attention_mask is None else self.attention_mask.clone()}
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any], device: torch.device | str | None = None) -> ChainState:
@@ -133,7 +136,7 @@ class ChainState:
             generator.manual_seed(int.from_bytes(hashlib.sha256(state["rng"].cpu().numpy().tobytes()).digest()[:8],
                                                  "little") >> 1)
         moved = {k: None if state.get(k) is None else state[k].to(tokens.device).clone()
-                 for k in ("order", "energy", "counts", "streams")}
+                 for k in ("order", "energy", "counts", "streams", "attention_mask")}
         return cls(tokens=tokens.clone(), sites=state["sites"].to(tokens.device).clone(), generator=generator,
                    step=int(state["step"]), **moved)
 
@@ -230,12 +233,15 @@ class GlauberSampler(nn.Module):
                                   top_p=self.top_p, dtype=self.sampling_dtype)
 
     def init_state(self, tokens: Tensor, generator: Randomness = 0, *, sites: Tensor | None = None,
-                   site_counts: Tensor | None = None, streams: Tensor | None = None) -> ChainState:
+                   site_counts: Tensor | None = None, streams: Tensor | None = None,
+                   attention_mask: Tensor | None = None) -> ChainState:
         """Start chains at ``tokens [B, L]``.
 
-        ``sites [B, n_max]`` defaults to the non-frame positions; each row is sorted (sequential scans go left to
-        right). With ``site_counts [B]``, row ``b`` resamples only its first ``site_counts[b]`` sites (the rest is
-        padding: any positions); see :meth:`~mlm_dynamics.models.Denoiser.padded_sites`. With ``streams [B]``
+        ``attention_mask [B, L]`` (True: a real token) marks padding, which the model does not attend to and no
+        chain resamples; it stays with each chain. ``sites [B, n_max]`` defaults to the non-frame, non-padding
+        positions; each row is sorted (sequential scans go left to right). With ``site_counts [B]``, row ``b``
+        resamples only its first ``site_counts[b]`` sites (the rest is padding: any positions); see
+        :meth:`~mlm_dynamics.models.Denoiser.padded_sites`. With ``streams [B]``
         (int64 keys, random scan with ``block_size=1``), chain ``b`` draws from its own counter-based stream, so its
         path does not depend on the other chains of the batch (``generator`` is then unused). ``generator``: the
         chains' random stream, or an int seed for one (:func:`~mlm_dynamics._random.as_generator`); the
@@ -243,14 +249,22 @@ class GlauberSampler(nn.Module):
         """
         require_integer("tokens", tokens)
         tokens = tokens.to(self.denoiser.device).long().clone()
+        mask = check_attention_mask(attention_mask, tokens)
         if sites is not None:
             require_integer("sites", sites)
+        if sites is None and mask is not None:
+            sites, site_counts = self.denoiser.padded_sites(tokens, attention_mask=mask)
         sites = self.denoiser.resampleable_sites(tokens) if sites is None else sites.to(tokens.device).long()
         counts = None
         if site_counts is not None:
             require_integer("site_counts", site_counts)
             counts = site_counts.to(tokens.device).long()
         self._check_sites(tokens, sites, counts)
+        if mask is not None:
+            used = torch.arange(sites.shape[1], device=sites.device) < (sites.shape[1] if counts is None
+                                                                        else counts[:, None])
+            if not bool(mask.gather(1, sites)[used.expand_as(sites)].all()):
+                raise ValueError("sites: a site is padding (attention_mask 0 there); padding is never resampled")
         if isinstance(self.temperature, Tensor) and len(self.temperature) != tokens.shape[0]:
             raise ValueError(f"temperature: {len(self.temperature)} per-chain temperatures for {tokens.shape[0]} "
                              "chains")
@@ -265,7 +279,7 @@ class GlauberSampler(nn.Module):
             if self.scan != "random" or self.block_size != 1:
                 raise ValueError("streams: per-chain streams drive the random scan with block_size=1 only")
         state = ChainState(tokens=tokens, sites=sites, generator=as_generator(generator, device=tokens.device),
-                           counts=counts, streams=streams)
+                           counts=counts, streams=streams, attention_mask=mask)
         if self.energy is not None:
             state.energy = self._energy(tokens)
         return state
@@ -332,7 +346,7 @@ class GlauberSampler(nn.Module):
         index = self.choose_sites(state) if drawn is None else stream_sites(drawn[:, 0], state.site_counts)
         positions = state.sites.gather(1, index)
         old = state.tokens.gather(1, positions)
-        log_q = self.log_probs(self.denoiser.conditional_logits(state.tokens, positions))
+        log_q = self.log_probs(self.denoiser.conditional_logits(state.tokens, positions, state.attention_mask))
         if self.greedy:
             new = log_q.argmax(-1)
         elif drawn is None:
