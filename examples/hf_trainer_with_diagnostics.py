@@ -29,6 +29,7 @@ from transformers import (
 
 from mlm_dynamics.corpus import sample_sentences
 from mlm_dynamics.integrations.transformers import DiagnosticsCallback
+from mlm_dynamics.models.huggingface import dtype_argument
 from mlm_dynamics.models.pretrained import english_mlm_dir
 from mlm_dynamics.probes import MeetingTimeProbe, RectangleProbe
 
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         args.steps, args.every, args.sentences = 4, 2, 24
 
     tokenizer = AutoTokenizer.from_pretrained(english_mlm_dir())
-    model = AutoModelForMaskedLM.from_pretrained(english_mlm_dir(), dtype=torch.float32)
+    model = AutoModelForMaskedLM.from_pretrained(english_mlm_dir(), **dtype_argument(torch.float32))
     texts = sample_sentences(args.sentences, generator=0, split="train")
     train = [tokenizer(text, truncation=True, max_length=48) for text in texts]
     held_out = [tokenizer(text, truncation=True, max_length=48)

@@ -71,7 +71,7 @@ class MaskedDiffusion(L.LightningModule):
     def __init__(self, backbone: TinyMDLM, vocab: VocabInfo, lr: float = 1e-3) -> None:
         super().__init__()
         self.backbone, self.lr = backbone, lr
-        self.denoiser = FullSequenceDenoiser.masked_diffusion(backbone, vocab)
+        self.denoiser = FullSequenceDenoiser.masked_diffusion(backbone, vocab, time_conditioning=True)
 
     def training_step(self, tokens: Tensor, batch_idx: int) -> Tensor:
         t = EPS + (1 - EPS) * torch.rand(tokens.shape[0], device=tokens.device)

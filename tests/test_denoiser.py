@@ -86,7 +86,11 @@ def test_from_pretrained_local_directory(tmp_path):
     from transformers import BertTokenizer
 
     words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(54)] + ["[unused0]"]
-    tokenizer = BertTokenizer(vocab={w: i for i, w in enumerate(words)}, do_lower_case=False)
+    try:  # transformers 5 builds it from a dict; 4.x from a vocab file
+        tokenizer = BertTokenizer(vocab={w: i for i, w in enumerate(words)}, do_lower_case=False)
+    except TypeError:
+        (tmp_path / "vocab.txt").write_text("\n".join(words) + "\n")
+        tokenizer = BertTokenizer(vocab_file=str(tmp_path / "vocab.txt"), do_lower_case=False)
     torch.manual_seed(0)
     model = FAMILIES["bert"]()
     model.save_pretrained(tmp_path)
@@ -240,7 +244,7 @@ def test_masked_diffusion_backbone_gets_the_glauber_time_and_is_registered():
 
     backbone = DiT()
     vocab = VocabInfo(size=8, mask_id=7, forbidden_ids=(7,))
-    denoiser = FullSequenceDenoiser.masked_diffusion(backbone, vocab).eval()
+    denoiser = FullSequenceDenoiser.masked_diffusion(backbone, vocab, time_conditioning=True).eval()
     assert not backbone.training  # eval() reached the backbone: dropout off
     tokens = torch.randint(7, (3, 10))
     first = denoiser.conditional_logits(tokens, torch.tensor([[2], [4], [6]]))
@@ -326,7 +330,10 @@ def test_remote_code_diffusion_lm_runs_only_when_trusted(tmp_path):
     PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="[PAD]", mask_token="[MASK]").save_pretrained(tmp_path)
     with pytest.raises(ValueError, match="trust_remote_code=True"):
         FullSequenceDenoiser.from_pretrained_diffusion(str(tmp_path))
-    denoiser, tokenizer = FullSequenceDenoiser.from_pretrained_diffusion(str(tmp_path), trust_remote_code=True)
+    with pytest.raises(ValueError, match="neither a known masked-diffusion family"):  # never guessed
+        FullSequenceDenoiser.from_pretrained_diffusion(str(tmp_path), trust_remote_code=True)
+    denoiser, tokenizer = FullSequenceDenoiser.from_pretrained_diffusion(str(tmp_path), trust_remote_code=True,
+                                                                         family="llada")  # its conventions, named
     assert denoiser.vocab.mask_id == 1 and 1 in denoiser.vocab.forbidden_ids
     tokens = torch.tensor([tokenizer("a b c d e")["input_ids"]])
     logits = denoiser.conditional_logits(tokens, torch.tensor([[2]]))
@@ -356,8 +363,8 @@ def test_masked_diffusion_is_exact_against_the_generators_own_log_probabilities(
     with torch.no_grad():
         theirs = module(tokens.scatter(1, positions, 11), sigma).gather(1, positions[..., None].expand(-1, -1, 12))
     torch.testing.assert_close(ours[..., :11], theirs[..., :11], atol=1e-5, rtol=1e-5)
-    if not time_conditioning:  # the time-conditioned default would feed sigma > 0 to a backbone trained on 0
-        other = FullSequenceDenoiser.masked_diffusion(module.backbone, module.denoiser.vocab)
+    if not time_conditioning:  # a time-conditioned adapter would feed sigma > 0 to a backbone trained on 0
+        other = FullSequenceDenoiser.masked_diffusion(module.backbone, module.denoiser.vocab, time_conditioning=True)
         drifted = tempered_log_probs(other.conditional_logits(tokens, positions), allowed, 1.0)
         assert (drifted[..., :11] - theirs[..., :11]).abs().max() > 1e-2
 

@@ -15,11 +15,13 @@ import mlm_dynamics
 PUBLIC = {
     # denoisers and loaders
     "Denoiser", "VocabInfo", "MaskedLMDenoiser", "TextCodec", "FullSequenceDenoiser", "PairwiseMRFDenoiser",
-    "ResidueCodec", "load_antiberty", "load_english_mlm",
+    "ResidueCodec", "load_antiberty", "load_english_mlm", "denoiser_for",
     # samplers and randomness
     "GlauberSampler", "CoupledGlauberChains", "ReplicaExchange", "GlauberCorrector", "Randomness", "as_generator",
+    "BlockSchedule",
     # monitoring
     "ChainMonitor", "TrapTracker", "TrapIntervention", "HiddenStateEmbedder", "SentenceEmbedder", "ScheduledProbe",
+    "monitor_sampler",
     "MixingDiagnostics", "RectangleTest", "InfluenceProbe", "SemanticDrift", "TrapDetector",
     "MeetingTimeMetric", "RectanglePrevalence", "DobrushinCoefficient", "ChainConvergence", "DwellTime",
     "EffectiveTemperature", "DecodingQuality",

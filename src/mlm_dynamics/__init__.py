@@ -21,14 +21,17 @@ _EXPORTS: dict[str, str] = {
     "Denoiser": "models.base", "VocabInfo": "models.base",
     "MaskedLMDenoiser": "models.huggingface", "TextCodec": "models.huggingface",
     "FullSequenceDenoiser": "models.full_sequence", "PairwiseMRFDenoiser": "models.toy",
+    "denoiser_for": "models.families",
     "ResidueCodec": "models.pretrained", "load_antiberty": "models.pretrained",
     "load_english_mlm": "models.pretrained",
     # samplers and randomness
     "GlauberSampler": "sampling.glauber", "CoupledGlauberChains": "sampling.coupling",
     "ReplicaExchange": "sampling.tempering", "GlauberCorrector": "sampling.corrector",
+    "BlockSchedule": "sampling.blocks",
     "Randomness": "_random", "as_generator": "_random",
     # monitoring during training and inference
     "ChainMonitor": "tracking.monitor", "TrapTracker": "tracking.traps", "TrapIntervention": "tracking.interventions",
+    "monitor_sampler": "tracking.sampler_monitor",
     "HiddenStateEmbedder": "embedders.base", "SentenceEmbedder": "embedders.base",
     "ScheduledProbe": "probes.base",
     "MixingDiagnostics": "callbacks.diagnostics", "RectangleTest": "callbacks.diagnostics",
@@ -63,6 +66,7 @@ _DEPRECATED: dict[str, str] = {
 }
 
 __all__ = [
+    "BlockSchedule",
     "CaseStudyConfig",
     "ChainConvergence",
     "ChainMonitor",
@@ -104,6 +108,7 @@ __all__ = [
     "VocabInfo",
     "__version__",
     "as_generator",
+    "denoiser_for",
     "ess",
     "estimate_influence",
     "fit_scaling",
@@ -113,6 +118,7 @@ __all__ = [
     "load_english_mlm",
     "local_margins",
     "meeting_times",
+    "monitor_sampler",
     "rhat",
     "run_case_study",
     "run_chains",
@@ -165,15 +171,18 @@ if TYPE_CHECKING:  # the same names, for type checkers and IDEs
         RectanglePrevalence,
     )
     from .models.base import Denoiser, VocabInfo
+    from .models.families import denoiser_for
     from .models.full_sequence import FullSequenceDenoiser
     from .models.huggingface import MaskedLMDenoiser, TextCodec
     from .models.pretrained import ResidueCodec, load_antiberty, load_english_mlm
     from .models.toy import PairwiseMRFDenoiser
     from .probes.base import ScheduledProbe
+    from .sampling.blocks import BlockSchedule
     from .sampling.corrector import GlauberCorrector
     from .sampling.coupling import CoupledGlauberChains
     from .sampling.glauber import GlauberSampler
     from .sampling.tempering import ReplicaExchange
     from .tracking.interventions import TrapIntervention
     from .tracking.monitor import ChainMonitor
+    from .tracking.sampler_monitor import monitor_sampler
     from .tracking.traps import TrapTracker

@@ -7,6 +7,12 @@ found and registered too. Outputs may be a tensor, a tuple (first element) or a 
 Models that return log-probabilities (MDLM-style) need nothing special: log-probabilities are logits up to a constant
 per row; ``-inf`` is accepted at forbidden ids (the mask token, say), which no diagnostic ever reads.
 
+Models that predict token ``i`` from the hidden state at ``i - 1`` (Dream, adapted from an autoregressive model)
+take ``logit_shift=1``: the conditional of position ``i`` is read at ``i - 1``, and position 0 has none (it is never a
+site). Padding reaches the model through ``attention(mask) -> kwargs``, which formats a per-row bool mask
+``[B, L]`` (or ``None``) the way the model takes it. The families people run have all of this set for them:
+:func:`~mlm_dynamics.models.families.denoiser_for` and :meth:`FullSequenceDenoiser.from_pretrained_diffusion`.
+
 Time or noise conditioning: ``condition(masked_tokens, positions) -> kwargs`` adds keyword arguments to each call.
 The Glauber convention (:func:`masked_fraction`) is ``t = K / L``, the fraction of positions masked in the call
 (``1 / L`` for single-site updates), mapped through the model's own noise schedule, e.g. MDLM's log-linear
@@ -94,6 +100,10 @@ class FullSequenceDenoiser(Denoiser):
         model: an ``nn.Module`` (or a function, whose closed-over modules are registered).
         vocab: vocabulary metadata; ``vocab.mask_id`` is written at the masked positions.
         condition: optional ``(masked_tokens, positions) -> kwargs`` for time/noise conditioning.
+        logit_shift: 1 for models whose logits at ``i - 1`` predict token ``i`` (positions below it are no sites).
+        attention: optional ``mask -> kwargs`` passing padding (a bool ``[B, L]``, or ``None``) to the model; without
+            it, rows with padding are refused.
+        family: the family name, when built for one (:mod:`~mlm_dynamics.models.families`).
 
     Examples:
         Any function from tokens ``[B, L]`` to logits ``[B, L, V]`` (here uniform ones) becomes a denoiser:
@@ -106,26 +116,47 @@ class FullSequenceDenoiser(Denoiser):
         >>> tuple(logits.shape)
         (2, 1, 5)
 
-        An MDLM-style backbone ``forward(x, sigma)``: ``FullSequenceDenoiser.masked_diffusion(backbone, vocab)``.
+        An MDLM-style backbone ``forward(x, sigma)``: ``FullSequenceDenoiser.masked_diffusion(backbone, vocab,
+        time_conditioning=False)`` (as it was trained); a published family: ``from_pretrained_diffusion(path)``.
     """
 
     model: nn.Module
     forbidden: Tensor
 
     def __init__(self, model: nn.Module | Callable[..., Any], vocab: VocabInfo, *,
-                 condition: Condition | None = None) -> None:
+                 condition: Condition | None = None, logit_shift: int = 0,
+                 attention: Callable[[Tensor | None], Mapping[str, Any]] | None = None,
+                 family: str | None = None) -> None:
         super().__init__()
         if vocab.mask_id is None:
             raise ValueError("vocab.mask_id is required: FullSequenceDenoiser writes it into masked positions")
+        if logit_shift not in (0, 1):
+            raise ValueError(f"logit_shift must be 0 or 1, got {logit_shift!r}")
         self.mask_id: int = vocab.mask_id
         self.model = model if isinstance(model, nn.Module) else _Function(model)
         self.vocab = vocab
         self.condition = condition
+        self.logit_shift = logit_shift
+        self.attention = attention
+        self.takes_attention_mask = attention is not None
+        self.family = family
         self.register_buffer("forbidden", ~vocab.allowed_mask(), persistent=False)
 
-    def _masked_logits(self, tokens: Tensor, positions: Tensor) -> Tensor:
+    def free_mask(self, tokens: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+        """As :meth:`Denoiser.free_mask`; with a logit shift, positions before it have no conditional."""
+        free = super().free_mask(tokens, attention_mask)
+        if self.logit_shift:
+            free[:, : self.logit_shift] = False
+        return free
+
+    def _masked_logits(self, tokens: Tensor, positions: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+        if bool((positions < self.logit_shift).any()):
+            raise ValueError(f"positions: with logit_shift={self.logit_shift} the conditional of position i is read "
+                             f"at i - {self.logit_shift}, so positions below {self.logit_shift} have none")
         masked = mask_positions(tokens, positions, self.mask_id)
         kwargs = dict(self.condition(masked, positions)) if self.condition is not None else {}
+        if self.attention is not None:
+            kwargs.update(self.attention(attention_mask))
         output = self.model(masked, **kwargs)
         logits = output.logits if hasattr(output, "logits") else output[0] if isinstance(output, tuple) else output
         if not isinstance(logits, Tensor) or logits.dim() != 3 or logits.shape[:2] != tokens.shape:
@@ -134,58 +165,44 @@ class FullSequenceDenoiser(Denoiser):
         if logits.shape[-1] != self.vocab.size:
             raise RuntimeError(f"model returned {logits.shape[-1]} logits per position, but vocab.size is "
                                f"{self.vocab.size}")
-        picked = logits.gather(1, positions[..., None].expand(-1, -1, logits.shape[-1])).float()
+        read = positions - self.logit_shift
+        picked = logits.gather(1, read[..., None].expand(-1, -1, logits.shape[-1])).float()
         return picked.masked_fill(self.forbidden.to(picked.device), 0.0)  # forbidden ids are never read
 
     @classmethod
-    def masked_diffusion(cls, backbone: nn.Module, vocab: VocabInfo, *, time_conditioning: bool = True,
+    def masked_diffusion(cls, backbone: nn.Module, vocab: VocabInfo, *, time_conditioning: bool,
                          time_argument: str = "sigma",
                          schedule: Callable[[Tensor], Tensor] | None = loglinear_sigma) -> FullSequenceDenoiser:
         """A ``forward(x, sigma)`` masked-diffusion backbone (MDLM/SEDD DiT).
 
-        ``time_conditioning=True``: ``sigma = schedule(K / L)``, the noise level at which the call's masked fraction
-        is expected. ``time_conditioning=False`` (MDLM's option of the same name): ``sigma = 0``, what such a
-        backbone was trained with. Either way the conditionals equal ``log_softmax`` of the backbone's logits at the
-        masked positions with the mask id excluded, which is MDLM's SUBS parameterization there.
+        ``time_conditioning`` is required, as the backbone's training decides it and a wrong guess is silently
+        inexact: ``True``: ``sigma = schedule(K / L)``, the noise level at which the call's masked fraction is
+        expected. ``False`` (MDLM's default, its option of the same name): ``sigma = 0``, what such a backbone was
+        trained with. Either way the conditionals equal ``log_softmax`` of the backbone's logits at the masked
+        positions with the mask id excluded, which is MDLM's SUBS parameterization there.
         """
+        if not isinstance(time_conditioning, bool):
+            raise ValueError("time_conditioning must be True or False: whether the backbone was trained with time "
+                             f"conditioning (MDLM's default is False), got {time_conditioning!r}")
         condition = time_condition(time_argument, schedule) if time_conditioning else zero_time(time_argument)
         return cls(backbone, vocab, condition=condition)
 
     @classmethod
-    def from_pretrained_diffusion(cls, name_or_path: str, *, mask_id: int | None = None,
-                                  trust_remote_code: bool = False, device: str | torch.device = "cpu",
-                                  dtype: torch.dtype = torch.float32) -> tuple[FullSequenceDenoiser, Any]:
-        """A Hugging Face diffusion LM (LLaDA-style: ``AutoModel`` returning ``.logits``) and its tokenizer.
+    def from_pretrained_diffusion(cls, name_or_path: str, *, trust_remote_code: bool = False,
+                                  family: str | None = None, mask_id: int | None = None,
+                                  time_conditioning: bool | None = None,
+                                  device: str | torch.device = "cpu",
+                                  dtype: torch.dtype = torch.float32) -> tuple[Denoiser, Any]:
+        """``(denoiser, tokenizer)`` of a diffusion LM (or masked LM) from a model directory or hub name: the family
+        is read from its config (:mod:`~mlm_dynamics.models.families`; ``family`` names one for a new kind of model
+        that follows its conventions) and its adapter set up exactly; the tokenizer is ``None`` where the directory
+        has none. Code shipped with the model runs only with
+        ``trust_remote_code=True``. The model is new and put in eval mode (to measure a model being trained, wrap
+        that model with :func:`~mlm_dynamics.models.families.denoiser_for`)."""
+        from .families import load_diffusion_lm
 
-        Code shipped with the model runs only with ``trust_remote_code=True``; ``mask_id`` defaults to the
-        tokenizer's mask token (LLaDA's is 126336).
-        """
-        from transformers import AutoModel, AutoTokenizer
-
-        from .huggingface import locate_pretrained
-
-        source, local_only = locate_pretrained(name_or_path)
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local_only,
-                                                      trust_remote_code=trust_remote_code)
-            model = AutoModel.from_pretrained(source, local_files_only=local_only, dtype=dtype,
-                                              trust_remote_code=trust_remote_code)
-        except ValueError as error:
-            if "trust_remote_code" in str(error) and not trust_remote_code:
-                raise ValueError(f"model {name_or_path!r} ships its own code; pass trust_remote_code=True if you "
-                                 "trust it (it is never run by default)") from None
-            raise
-        mask = mask_id if mask_id is not None else tokenizer.mask_token_id
-        if mask is None:
-            raise ValueError("mask_id: the tokenizer defines no mask token; pass the model's mask id")
-        size = int(model.config.vocab_size)
-        special = sorted({mask, *(i for i in tokenizer.all_special_ids if i is not None and i < size)})
-        structural = (tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.cls_token_id,
-                      tokenizer.sep_token_id)
-        frame = tuple(sorted({i for i in structural if i is not None and i < size}))
-        pad = tokenizer.pad_token_id if tokenizer.pad_token_id in frame else None
-        vocab = VocabInfo(size=size, mask_id=mask, forbidden_ids=tuple(special), frame_ids=frame, pad_id=pad)
-        return cls(model.eval(), vocab).to(device), tokenizer
+        return load_diffusion_lm(name_or_path, trust_remote_code=trust_remote_code, family=family, mask_id=mask_id,
+                                 time_conditioning=time_conditioning, device=device, dtype=dtype)
 
 
 __all__ = ["Condition", "FullSequenceDenoiser", "loglinear_sigma", "masked_fraction", "time_condition",

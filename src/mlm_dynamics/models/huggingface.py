@@ -238,10 +238,20 @@ class MaskedLMDenoiser(Denoiser):
         return denoiser, TextCodec(tokenizer)
 
 
-def load_model(auto_class: Any, name_or_path: str, **options: Any) -> Any:
+def dtype_argument(dtype: torch.dtype) -> dict[str, Any]:
+    """The weights' dtype as ``from_pretrained`` takes it: ``dtype=`` from transformers 4.56 on, ``torch_dtype=``
+    before (passing the new keyword to an older version fails when the config is serialised)."""
+    import transformers
+    from packaging.version import Version
+
+    return {"dtype" if Version(transformers.__version__) >= Version("4.56") else "torch_dtype": dtype}
+
+
+def load_model(auto_class: Any, name_or_path: str, *, dtype: torch.dtype | None = None, **options: Any) -> Any:
     """``auto_class.from_pretrained`` with every failure turned into one error naming ``name_or_path``: a missing or
     empty directory, a ``model_type`` this transformers does not know, damaged safetensors, or pickled weights
-    (``pytorch_model.bin``), which are refused because unpickling can run code."""
+    (``pytorch_model.bin``), which are refused because unpickling can run code. ``dtype``: the weights' dtype, under
+    the keyword this transformers takes (:func:`dtype_argument`)."""
     import pickle
 
     from safetensors import SafetensorError
@@ -257,6 +267,8 @@ def load_model(auto_class: Any, name_or_path: str, **options: Any) -> Any:
         if "trust_remote_code" in str(error):
             raise
         raise ValueError(f"model {name_or_path!r}: its config.json cannot be used here ({error})") from None
+    if dtype is not None:
+        options.update(dtype_argument(dtype))
     try:
         return auto_class.from_pretrained(source, local_files_only=local_only, **options)
     except SafetensorError as error:
@@ -328,5 +340,6 @@ class TextCodec:
         return str(self.tokenizer.decode(list(ids), skip_special_tokens=True))
 
 
-__all__ = ["HEAD_ONLY_FAMILIES", "Head", "MaskedLMDenoiser", "TextCodec", "load_model", "load_tokenizer",
+__all__ = ["HEAD_ONLY_FAMILIES", "Head", "MaskedLMDenoiser", "TextCodec", "dtype_argument", "load_model",
+           "load_tokenizer",
            "locate_pretrained", "tokenizer_ids"]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from .huggingface import MaskedLMDenoiser, TextCodec
+from .huggingface import MaskedLMDenoiser, TextCodec, dtype_argument
 
 AMINO_ACIDS = "ACDEFGHIKLMNPQRSTVWY"
 
@@ -83,7 +83,7 @@ def load_antiberty(device: str | torch.device = "cpu", dtype: torch.dtype = torc
     hf_logging.set_verbosity_error()  # the checkpoint's species/chain/graft heads are expected leftovers
     hf_logging.disable_progress_bar()
     try:
-        model = BertForMaskedLM.from_pretrained(str(antiberty_weights_dir()), dtype=dtype)
+        model = BertForMaskedLM.from_pretrained(str(antiberty_weights_dir()), **dtype_argument(dtype))
     finally:
         hf_logging.set_verbosity(verbosity)
         if bars:

@@ -3,6 +3,7 @@ per-chain counter-based streams, the sweep's grid engine, replica exchange and a
 samplers. Meeting times and their statistics are made in :mod:`mlm_dynamics.diagnostics`."""
 
 from .._deprecated import moved
+from .blocks import BlockSchedule
 from .categorical import check_temperature, sample_categorical, tempered_log_probs
 from .corrector import GlauberCorrector
 from .coupling import CoupledGlauberChains, CoupledState, lagged_coupling, maximal_coupling, randomize_sites
@@ -10,8 +11,8 @@ from .energy import PseudoLogLikelihoodEnergy
 from .glauber import SCAN_ORDERS, ChainState, GlauberSampler, StepRecord
 from .tempering import ReplicaExchange, TemperingState
 
-__all__ = ["SCAN_ORDERS", "ChainState", "CoupledGlauberChains", "CoupledState", "GlauberCorrector", "GlauberSampler",
-           "PseudoLogLikelihoodEnergy", "ReplicaExchange", "StepRecord", "TemperingState",
+__all__ = ["SCAN_ORDERS", "BlockSchedule", "ChainState", "CoupledGlauberChains", "CoupledState", "GlauberCorrector",
+           "GlauberSampler", "PseudoLogLikelihoodEnergy", "ReplicaExchange", "StepRecord", "TemperingState",
            "check_temperature", "lagged_coupling", "maximal_coupling", "randomize_sites", "sample_categorical",
            "tempered_log_probs"]
 

@@ -105,12 +105,12 @@ class DriftTracker:
         """Whether ``step`` is an observation step (every ``every`` steps)."""
         return (step - self.start_step) % self.every == 0
 
-    def observe(self, step: int, tokens: Tensor) -> Tensor | None:
-        """Drift ``[B]`` at ``step`` when due (else ``None``); records first hits."""
+    def observe(self, step: int, tokens: Tensor, *, force: bool = False) -> Tensor | None:
+        """Drift ``[B]`` at ``step`` when due or ``force`` (else ``None``); records first hits."""
         if self.reference is None:
             raise RuntimeError("call start(tokens) before observe")
         self.last_step = step
-        if not self.due(step):
+        if not (force or self.due(step)):
             return None
         assert self.hit_at is not None  # set by start() with the reference
         self.latest_embeddings = self.embedder(tokens)

@@ -102,15 +102,20 @@ class ChainMonitor:
             self.traps = self.traps.fresh()
 
     @torch.no_grad()
-    def observe(self, state: ChainState | Tensor, *, step: int | None = None,
-                masked: Tensor | None = None) -> dict[str, float] | None:
-        """Update at the state's step (or ``step`` for plain tokens) if due; ``masked [B, L]`` marks positions still
-        masked (left out of the Hamming distance and of margins). Returns the logged scalars (``None`` if not due)."""
+    def observe(self, state: ChainState | Tensor, *, step: int | None = None, masked: Tensor | None = None,
+                force: bool = False) -> dict[str, float] | None:
+        """Update at the state's step (or ``step`` for plain tokens) if due, or whatever the step with ``force``
+        (the final state of a decoding loop); ``masked [B, L]`` marks positions still masked (left out of the
+        Hamming distance and of margins). Returns the logged scalars (``None`` if not due)."""
         if self.start_tokens is None:
             raise RuntimeError("call start(state) before observe")
         tokens, step = _tokens_and_step(state, step)
+        if tuple(tokens.shape) != tuple(self.start_tokens.shape):
+            raise ValueError(f"tokens: shape {tuple(tokens.shape)} differs from the start's "
+                             f"{tuple(self.start_tokens.shape)}; a sampler that grows its sequence starts a new phase "
+                             "at each width: monitor.start(tokens, step=..., phase=...) (monitor_sampler does)")
         sites, counts = (state.sites, state.counts) if isinstance(state, ChainState) else (None, None)
-        drift = self.drift.observe(step, tokens)
+        drift = self.drift.observe(step, tokens, force=force)
         if drift is None:
             return None
         p = self.prefix if self.phase is None else f"{self.prefix}{self.phase}/"

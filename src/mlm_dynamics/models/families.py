@@ -1,0 +1,308 @@
+"""The masked-diffusion LM families people run, in one table: what each needs for exact single-site conditionals.
+
+A family is recognised from its model (``config.model_type``, ``config.architectures`` or the class name) and says:
+
+- where the **mask id** comes from: ``config.mask_token_id`` (LLaDA, Dream), or the last id of the vocabulary (MDLM,
+  BD3-LM, SEDD's absorbing state);
+- the **logit shift**: Dream (adapted from an autoregressive Qwen2) predicts token ``i`` from the hidden state at
+  ``i - 1``, so the conditional of position ``i`` is read at ``i - 1`` and position 0, which has none, is never a
+  site;
+- **padding**: LLaDA and Dream pad with EOS, which answers also end with; EOS stays a token the chains may propose
+  and resample, and padding travels as an explicit per-row attention mask in the family's own format (a 2-D mask for
+  LLaDA; Dream's boolean ``[B, 1, L, L]`` mask with position ids counting the real tokens);
+- **time**: MDLM and BD3-LM take ``timesteps`` (``[B]``, BD3-LM ``[B, 1]``) and were trained with or without time
+  conditioning (``config.time_conditioning``: without it they see 0, as their own samplers give them); SEDD takes
+  ``sigma [B]`` always, at the noise level of the call's masked fraction (:func:`.full_sequence.loglinear_sigma`);
+- extra arguments of the sampling path (BD3-LM: ``sample_mode=True``, block-causal attention over the sequence so
+  far) and the **block size** of block-diffusion models (:class:`~mlm_dynamics.sampling.blocks.BlockSchedule`);
+- the transformers versions the family's published remote code is known to load with.
+
+:func:`denoiser_for` builds the right adapter for a model object; :func:`load_diffusion_lm` (behind
+``FullSequenceDenoiser.from_pretrained_diffusion``) loads a model directory or hub name and does the same. A model of
+no known family that is not a Hugging Face masked LM is refused with the options named, never guessed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .base import Denoiser, VocabInfo
+from .full_sequence import FullSequenceDenoiser, loglinear_sigma, masked_fraction
+
+
+@dataclass(frozen=True)
+class Family:
+    """One family's conventions (see the module docstring).
+
+    Attributes:
+        name, description: the family and what it is.
+        model_types, class_names: how it is recognised (``config.model_type``/``architectures``, class name).
+        mask_id: ``"config"`` (``config.mask_token_id``, else ``default_mask_id``) or ``"last"`` (the last id).
+        default_mask_id: the published mask id when the config has none.
+        logit_shift: 1 where the logits at ``i - 1`` predict token ``i``.
+        attention: ``"none"``, ``"mask"`` (``attention_mask [B, L]``, 1: attend) or ``"dream"`` (4-D + positions).
+        pad_is_eos: padding is the EOS id, carried as an attention mask; EOS stays resampleable.
+        time_argument, time_shape: keyword of the noise level and its shape after ``[B]`` (``(1,)``: ``[B, 1]``).
+        time_conditioning: ``"config"`` (``config.time_conditioning``), ``"always"`` or ``"never"``.
+        call_kwargs: constant keyword arguments of the sampling path.
+        block_size_from: the config attribute of the block size (block diffusion).
+        graph: the ``config.graph.type`` the family needs (SEDD: ``absorb``; its uniform graph has no mask state).
+        remote_code: the transformers versions its published modeling code loads with.
+        documentation: the how-to page.
+    """
+
+    name: str
+    description: str
+    model_types: tuple[str, ...] = ()
+    class_names: tuple[str, ...] = ()
+    mask_id: str = "config"
+    default_mask_id: int | None = None
+    logit_shift: int = 0
+    attention: str = "none"
+    pad_is_eos: bool = False
+    time_argument: str | None = None
+    time_shape: tuple[int, ...] = ()
+    time_conditioning: str = "never"
+    call_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    block_size_from: str | None = None
+    graph: str | None = None
+    remote_code: str = ""
+    documentation: str = "how-to/diffusion-families.md"
+
+    def matches(self, model: Any) -> bool:
+        """Whether ``model`` (a module, or a config) belongs to this family."""
+        config = getattr(model, "config", model)
+        model_type = str(getattr(config, "model_type", "") or "").lower()
+        names = {type(model).__name__, *(getattr(config, "architectures", None) or [])}
+        return model_type in {t.lower() for t in self.model_types} or bool(names & set(self.class_names))
+
+
+FAMILIES: dict[str, Family] = {family.name: family for family in (
+    Family("llada", "LLaDA, LLaDA 1.5 and LLaDA-MoE (GSAI-ML): a bidirectional transformer trained as a masked "
+           "diffusion LM", model_types=("llada", "lladamoe", "llada_moe"),
+           class_names=("LLaDAModelLM", "LLaDAMoEModelLM"), default_mask_id=126336, attention="mask",
+           pad_is_eos=True, remote_code=">=4.38,<5 (the published modeling files fail under transformers 5)"),
+    Family("dream", "Dream (Dream-org): a masked diffusion LM adapted from Qwen2.5, logits shifted by one",
+           model_types=("dream",), class_names=("DreamModel",), default_mask_id=151666, logit_shift=1,
+           attention="dream", pad_is_eos=True,
+           remote_code=">=4.46,<5 (the published modeling files fail under transformers 5)"),
+    Family("mdlm", "MDLM (kuleshov-group): masked diffusion with the SUBS parameterisation, Hugging Face port",
+           model_types=("mdlm",), class_names=("MDLM",), mask_id="last", time_argument="timesteps",
+           time_conditioning="config"),
+    Family("bd3lm", "BD3-LM (kuleshov-group): block diffusion, block-causal attention in sample mode",
+           model_types=("bd3lm",), class_names=("BD3LM",), mask_id="last", time_argument="timesteps",
+           time_shape=(1,), time_conditioning="config", call_kwargs={"sample_mode": True},
+           block_size_from="block_size"),
+    Family("sedd", "SEDD (Lou, Meng and Ermon): score entropy discrete diffusion with the absorbing graph",
+           class_names=("SEDD",), mask_id="last", time_argument="sigma", time_conditioning="always", graph="absorb"),
+)}
+
+
+def detect_family(model: Any) -> Family | None:
+    """The diffusion family of ``model`` (a module or a config), or ``None``."""
+    return next((family for family in FAMILIES.values() if family.matches(model)), None)
+
+
+def is_masked_lm(model: Any) -> bool:
+    """Whether ``model`` is a Hugging Face ``*ForMaskedLM`` (handled by :class:`~.huggingface.MaskedLMDenoiser`)."""
+    names = {type(model).__name__, *(getattr(getattr(model, "config", None), "architectures", None) or [])}
+    return any(name.endswith("ForMaskedLM") for name in names)
+
+
+def options_text() -> str:
+    """The families and routes a refusal names."""
+    known = ", ".join(f"{f.name} ({'/'.join(f.model_types or f.class_names)})" for f in FAMILIES.values())
+    return (f"known diffusion families: {known}; Hugging Face *ForMaskedLM models go through MaskedLMDenoiser; any "
+            "other model that returns [B, L, V] logits: FullSequenceDenoiser(model, VocabInfo(size=..., mask_id=...))")
+
+
+def family_mask_id(family: Family, model: Any, tokenizer: Any = None) -> int:
+    """The id ``family`` writes into masked positions, from the model's config (or the tokenizer, or the published
+    default); a ValueError naming ``mask_id`` when none is known."""
+    config = getattr(model, "config", None)
+    if family.mask_id == "last":
+        return vocabulary_size(model) - 1
+    for value in (getattr(config, "mask_token_id", None), getattr(tokenizer, "mask_token_id", None),
+                  family.default_mask_id):
+        if value is not None:
+            return int(value)
+    raise ValueError(f"mask_id: the {family.name} model defines no mask token; pass mask_id=")
+
+
+def vocabulary_size(model: Any) -> int:
+    """Logits per position: the output layer's width where the model exposes one, else ``config.vocab_size``
+    (SEDD: ``config.tokens + 1`` with the absorbing state)."""
+    output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if output is not None and hasattr(output, "out_features"):
+        return int(output.out_features)
+    config = getattr(model, "config", None)
+    tokens = getattr(config, "tokens", None)
+    if tokens is not None:
+        return int(tokens) + 1
+    size = getattr(config, "vocab_size", None)
+    if size is None:
+        raise ValueError("model: its vocabulary size is unknown (no output layer, config.vocab_size or "
+                         "config.tokens); build FullSequenceDenoiser(model, VocabInfo(size=...)) yourself")
+    return int(size)
+
+
+def time_condition_of(family: Family, model: Any, time_conditioning: bool | None
+                      ) -> Callable[[Tensor, Tensor], dict[str, Tensor]] | None:
+    """The noise-level argument of each call: ``sigma(K / L)`` on the log-linear schedule, or zeros for models
+    trained without time conditioning; shaped as the family takes it. ``None`` for families without one."""
+    if family.time_argument is None:
+        return None
+    if time_conditioning is None:
+        declared = getattr(getattr(model, "config", None), "time_conditioning", None)
+        if family.time_conditioning == "config" and declared is None:
+            raise ValueError(f"time_conditioning: the {family.name} model's config does not say whether it was "
+                             "trained with time conditioning; pass time_conditioning=True or False")
+        time_conditioning = family.time_conditioning == "always" or bool(declared)
+    name, shape, on = family.time_argument, family.time_shape, time_conditioning
+
+    def condition(tokens: Tensor, positions: Tensor) -> dict[str, Tensor]:
+        t = masked_fraction(tokens, positions)
+        sigma = loglinear_sigma(t) if on else torch.zeros_like(t)
+        return {name: sigma.view(-1, *shape)}
+
+    return condition
+
+
+def attention_format(family: Family) -> Callable[[Tensor | None], dict[str, Any]] | None:
+    """How ``family`` takes padding: keyword arguments of the forward from a bool mask ``[B, L]`` (``None``: no
+    padding)."""
+    if family.attention == "mask":
+        return lambda mask: {} if mask is None else {"attention_mask": mask.long()}
+    if family.attention == "dream":
+        def dream(mask: Tensor | None) -> dict[str, Any]:
+            if mask is None:
+                return {"attention_mask": "full"}
+            positions = (mask.long().cumsum(-1) - 1).masked_fill(~mask, 1)
+            return {"attention_mask": mask[:, None, None, :] & mask[:, None, :, None], "position_ids": positions}
+        return dream
+    return None
+
+
+def special_ids(family: Family, tokenizer: Any, size: int, mask_id: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``(forbidden, frame)`` ids: the mask id and the tokenizer's special tokens are never proposed, except EOS where
+    padding is EOS (answers end with it); BOS, CLS and SEP (and a pad id that is not EOS) are frame tokens."""
+    eos = getattr(tokenizer, "eos_token_id", None)
+    specials = set(getattr(tokenizer, "all_special_ids", None) or [])
+    if family.pad_is_eos and eos is not None:
+        specials.discard(eos)
+    forbidden = tuple(sorted({mask_id, *specials} & set(range(size))))
+    structural = {getattr(tokenizer, name, None) for name in ("bos_token_id", "cls_token_id", "sep_token_id")}
+    pad = getattr(tokenizer, "pad_token_id", None)
+    if not family.pad_is_eos:
+        structural.add(pad)
+    frame = tuple(sorted(i for i in structural if i is not None and i < size and i != mask_id))
+    return forbidden, frame
+
+
+def denoiser_for(model: Any, tokenizer: Any = None, *, family: str | None = None, mask_id: int | None = None,
+                 time_conditioning: bool | None = None) -> Denoiser:
+    """The exact adapter for ``model``: :class:`~.huggingface.MaskedLMDenoiser` for a Hugging Face masked LM, else
+    :class:`~.full_sequence.FullSequenceDenoiser` set up for its diffusion family (detected, or named by
+    ``family``); a ValueError naming the options for anything else. The model is wrapped, never copied or put in
+    another mode.
+
+    Examples:
+        A tiny SEDD-style module (class ``SEDD``, absorbing state last) is recognised from its class:
+
+        >>> import torch
+        >>> from types import SimpleNamespace
+        >>> from mlm_dynamics.models.families import denoiser_for
+        >>> class SEDD(torch.nn.Module):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.config = SimpleNamespace(tokens=5)
+        ...         self.out = torch.nn.Embedding(6, 6)
+        ...     def forward(self, indices, sigma):
+        ...         return self.out(indices)
+        >>> denoiser = denoiser_for(SEDD())
+        >>> denoiser.vocab.mask_id, tuple(denoiser.conditional_logits(torch.zeros(1, 3, dtype=torch.long),
+        ...                                                           torch.tensor([[1]])).shape)
+        (5, (1, 1, 6))
+    """
+    from .huggingface import MaskedLMDenoiser
+
+    chosen = FAMILIES.get(family) if family is not None else detect_family(model)
+    if family is not None and chosen is None:
+        raise ValueError(f"family must be one of {sorted(FAMILIES)}, got {family!r}")
+    if chosen is None:
+        if is_masked_lm(model):
+            return MaskedLMDenoiser(model, tokenizer=tokenizer, mask_id=mask_id)
+        raise ValueError(f"model: a {type(model).__name__} is neither a known masked-diffusion family nor a masked "
+                         f"LM, so its conditionals cannot be read without knowing its conventions; {options_text()}")
+    graph = getattr(getattr(getattr(model, "config", None), "graph", None), "type", chosen.graph)
+    if chosen.graph is not None and graph != chosen.graph:
+        raise ValueError(f"model: a {chosen.name} model with the {graph!r} graph has no mask state, so it gives no "
+                         f"masked conditionals; only the {chosen.graph!r} graph does")
+    size = vocabulary_size(model)
+    mask = mask_id if mask_id is not None else family_mask_id(chosen, model, tokenizer)
+    forbidden, frame = special_ids(chosen, tokenizer, size, mask)
+    vocab = VocabInfo(size=size, mask_id=mask, forbidden_ids=forbidden, frame_ids=frame)
+    time = time_condition_of(chosen, model, time_conditioning)
+    constants = dict(chosen.call_kwargs)
+
+    def condition(tokens: Tensor, positions: Tensor) -> dict[str, Any]:
+        return {**constants, **(time(tokens, positions) if time is not None else {})}
+
+    return FullSequenceDenoiser(model, vocab, condition=condition if time is not None or constants else None,
+                                logit_shift=chosen.logit_shift, attention=attention_format(chosen), family=chosen.name)
+
+
+def load_diffusion_lm(name_or_path: str, *, trust_remote_code: bool = False, family: str | None = None,
+                      mask_id: int | None = None, time_conditioning: bool | None = None,
+                      device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> tuple[Denoiser, Any]:
+    """``(denoiser, tokenizer)`` from a model directory or hub name: the config says the family (or a masked LM;
+    ``family`` names one for a model of a new kind that follows its conventions), the model loads with
+    ``AutoModel`` (``AutoModelForMaskedLM``) and :func:`denoiser_for` wraps it; the tokenizer is ``None`` where there
+    is none. Every failure is one error naming the model: remote code without ``trust_remote_code=True``, a config of
+    no known family, or a family's published code failing under this transformers (with the versions it is known to
+    load with)."""
+    import transformers
+    from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoTokenizer
+
+    from .huggingface import load_model, locate_pretrained
+
+    source, local_only = locate_pretrained(name_or_path)
+    try:
+        config = AutoConfig.from_pretrained(source, local_files_only=local_only, trust_remote_code=trust_remote_code)
+    except ValueError as error:
+        if "trust_remote_code" in str(error) and not trust_remote_code:
+            raise ValueError(f"model {name_or_path!r} ships its own code; pass trust_remote_code=True if you trust "
+                             "it (it is never run by default)") from None
+        raise ValueError(f"model {name_or_path!r}: its config.json cannot be used here ({error})") from None
+    if family is not None and family not in FAMILIES:
+        raise ValueError(f"family must be one of {sorted(FAMILIES)}, got {family!r}")
+    chosen = FAMILIES[family] if family is not None else detect_family(config)
+    if chosen is None and not is_masked_lm(config):
+        raise ValueError(f"model {name_or_path!r} (model_type {getattr(config, 'model_type', None)!r}) is neither a "
+                         f"known masked-diffusion family nor a masked LM; {options_text()}")
+    auto = AutoModel if chosen is not None else AutoModelForMaskedLM
+    try:
+        model = load_model(auto, name_or_path, dtype=dtype, trust_remote_code=trust_remote_code)
+    except (AttributeError, KeyError, TypeError, ImportError) as error:
+        known = f"; its published code is known to load with transformers {chosen.remote_code}" if (
+            chosen is not None and chosen.remote_code) else ""
+        raise ValueError(f"model {name_or_path!r}: its {chosen.name if chosen else 'model'} code did not load with "
+                         f"transformers {transformers.__version__} ({type(error).__name__}: {error}){known}") from None
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local_only,
+                                                  trust_remote_code=trust_remote_code)
+    except (OSError, ValueError, TypeError, KeyError):
+        tokenizer = None
+    denoiser = denoiser_for(model.eval(), tokenizer, family=None if chosen is None else chosen.name, mask_id=mask_id,
+                            time_conditioning=time_conditioning)
+    return denoiser.to(device), tokenizer
+
+
+__all__ = ["FAMILIES", "Family", "attention_format", "denoiser_for", "detect_family", "family_mask_id",
+           "is_masked_lm", "load_diffusion_lm", "options_text", "special_ids", "time_condition_of",
+           "vocabulary_size"]

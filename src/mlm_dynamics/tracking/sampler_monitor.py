@@ -1,0 +1,226 @@
+"""Watch a sampler you cannot edit: every denoising step of an unmodified ``generate()``, through the model's forward.
+
+``monitor_sampler(model, run)`` hooks ``model``'s forward, calls ``run()`` (your sampler, as it is), and takes each
+outermost forward call as one denoising step: the tokens it was given are the state before the step, the logits it
+returned are what the step draws from. Calls the model makes to itself (a submodule's forward) and calls the monitor's
+own embedder makes count once or not at all (a re-entrancy guard). Between two steps it counts the positions that
+left the mask (committed) and the unmasked tokens that changed (overwritten), and measures the **effective
+temperature** of the committed tokens against the step's own logits
+(:func:`~mlm_dynamics.diagnostics.decoding.surprisal_statistics`): a loop that commits the most confident draws first
+is a cooled sampler, whatever temperature it draws at. The final state (``run()``'s return value) is always
+observed, also when it falls between observation steps. A sequence that grows (semi-autoregressive samplers: BD3-LM
+appends blocks) is compared on its common prefix, and a :class:`~.monitor.ChainMonitor` restarts a phase at each new
+width (``width{L}``).
+
+The mask id and the logit shift (Dream's logits at ``i - 1`` predict token ``i``) come from the model's family
+(:mod:`~mlm_dynamics.models.families`) unless given. Cost: nothing beyond the sampler's own forwards and, at the
+monitor's observation steps, its embedder; memory: one step's logits at the masked positions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..diagnostics.decoding import TEMPERATURE_GRID, effective_temperature_from, surprisal_statistics
+from ..models.families import detect_family, family_mask_id
+from .monitor import ChainMonitor
+
+
+@dataclass
+class SamplerTrace:
+    """What :func:`monitor_sampler` saw.
+
+    Attributes:
+        steps: denoising steps observed (outermost forward calls).
+        widths: sequence length at each step (growing for semi-autoregressive samplers).
+        masked_fraction: fraction of positions still masked at each step.
+        committed, overwritten: per step, positions that left the mask and unmasked tokens that changed.
+        final: the tokens ``run()`` returned.
+        effective: effective temperature of the committed tokens against the logits they were drawn from
+            (``effective_temperature``, ``surprisal_mean``, ``entropy_mean``, ``surprisal_gap_z``; empty when
+            nothing was committed).
+        metrics: the monitor's scalars at its observation steps (the last one the final state's).
+        output: ``run()``'s return value as it was.
+    """
+
+    steps: int = 0
+    widths: list[int] = field(default_factory=list)
+    masked_fraction: list[float] = field(default_factory=list)
+    committed: list[int] = field(default_factory=list)
+    overwritten: list[int] = field(default_factory=list)
+    final: Tensor | None = None
+    effective: dict[str, float] = field(default_factory=dict)
+    metrics: list[dict[str, float]] = field(default_factory=list)
+    output: Any = None
+
+    def summary(self) -> dict[str, float]:
+        """``steps``, ``committed``, ``overwritten`` (totals), ``overwrite_fraction`` (of commits), the final width and
+        the effective temperature."""
+        committed, overwritten = sum(self.committed), sum(self.overwritten)
+        return {"steps": float(self.steps), "committed": float(committed), "overwritten": float(overwritten),
+                "overwrite_fraction": overwritten / committed if committed else math.nan,
+                "final_width": float(self.widths[-1]) if self.widths else math.nan, **self.effective}
+
+
+def _tokens_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Tensor | None:
+    for value in (*args[:1], *(kwargs.get(k) for k in ("input_ids", "indices", "x"))):
+        if isinstance(value, Tensor) and value.dim() == 2 and not value.dtype.is_floating_point:
+            return value
+    return None
+
+
+def _logits_of(output: Any) -> Tensor | None:
+    logits = getattr(output, "logits", None)
+    if logits is None:
+        logits = output[0] if isinstance(output, tuple) and output else output
+    return logits if isinstance(logits, Tensor) and logits.dim() == 3 else None
+
+
+def _final_tokens(output: Any) -> Tensor:
+    for value in (output, getattr(output, "sequences", None), output[0] if isinstance(output, tuple) else None):
+        if isinstance(value, Tensor) and value.dim() == 2:
+            return value
+    raise ValueError(f"run: the sampler returned a {type(output).__name__}; monitor_sampler needs the final tokens "
+                     "[B, L] (a tensor, a tuple starting with one, or an output with .sequences)")
+
+
+class _Watcher:
+    """The hooks' state: the previous step's tokens and logits, and the running sums."""
+
+    def __init__(self, mask_id: int, shift: int, temperature: float, monitor: ChainMonitor | None) -> None:
+        self.mask_id, self.shift, self.temperature, self.monitor = mask_id, shift, temperature, monitor
+        self.depth, self.busy = 0, False
+        self.trace = SamplerTrace()
+        self.previous: tuple[Tensor, Tensor] | None = None  # tokens, logits at their masked positions ([N, V])
+        self.total, self.squares = torch.zeros((), dtype=torch.float64), torch.zeros((), dtype=torch.float64)
+        self.expected = torch.zeros(len(TEMPERATURE_GRID), dtype=torch.float64)
+        self.count = 0
+
+    def before(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self.depth += 1
+
+    def after(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
+        self.depth -= 1
+        if self.depth or self.busy:
+            return
+        tokens, logits = _tokens_of(args, kwargs), _logits_of(output)
+        if tokens is None or logits is None:
+            return
+        logits = logits.detach()
+        if self.shift:  # position i is predicted at i - shift
+            logits = torch.cat([logits[:, : self.shift], logits[:, : -self.shift]], dim=1)
+        self.step(tokens.detach(), logits)
+
+    def step(self, tokens: Tensor, logits: Tensor | None) -> None:
+        """Account the transition from the previous step to ``tokens``; keep ``tokens`` and its masked logits."""
+        tokens = tokens.to("cpu", copy=True)  # samplers write into their state in place
+        masked = tokens == self.mask_id
+        if self.previous is not None:
+            self.transition(*self.previous, tokens)
+        elif self.monitor is not None:
+            self._restart(tokens)
+        if logits is not None:
+            self.trace.steps += 1
+            self.trace.widths.append(tokens.shape[1])
+            self.trace.masked_fraction.append(float(masked.double().mean()))
+            kept = logits[masked.to(logits.device)].double().cpu()
+            kept[:, self.mask_id] = -math.inf  # the mask id is never drawn
+            self.previous = (tokens, kept)
+        self._observe(tokens, masked, force=logits is None)
+
+    def transition(self, before: Tensor, logits: Tensor, after: Tensor) -> None:
+        width = min(before.shape[1], after.shape[1])
+        was_masked = before[:, :width] == self.mask_id
+        now = after[:, :width]
+        committed = was_masked & (now != self.mask_id)
+        self.trace.committed.append(int(committed.sum()))
+        self.trace.overwritten.append(int((~was_masked & (now != before[:, :width])).sum()))
+        if committed.any():
+            index = torch.zeros_like(before, dtype=torch.bool)
+            index[:, :width] = committed
+            chosen = index[before == self.mask_id]  # logits rows follow the previous masked positions, row-major
+            total, squares, expected = surprisal_statistics(logits[chosen], now[committed], self.temperature)
+            self.total, self.squares = self.total + total, self.squares + squares
+            self.expected = self.expected + expected
+            self.count += int(committed.sum())
+        if after.shape[1] != before.shape[1] and self.monitor is not None:
+            self._restart(after)
+
+    def _restart(self, tokens: Tensor) -> None:
+        assert self.monitor is not None
+        self.busy = True
+        try:
+            self.monitor.start(tokens, step=self.trace.steps, phase=f"width{tokens.shape[1]}")
+        finally:
+            self.busy = False
+
+    def _observe(self, tokens: Tensor, masked: Tensor, *, force: bool) -> None:
+        if self.monitor is None:
+            return
+        self.busy = True
+        try:
+            out = self.monitor.observe(tokens, step=self.trace.steps + (1 if force else 0), masked=masked,
+                                       force=force)
+        finally:
+            self.busy = False
+        if out is not None:
+            self.trace.metrics.append(out)
+
+    def finish(self, output: Any) -> SamplerTrace:
+        final = _final_tokens(output)
+        self.step(final, None)
+        self.trace.final, self.trace.output = final.cpu(), output
+        if self.count:
+            self.trace.effective = effective_temperature_from(self.total, self.squares, self.expected, self.count,
+                                                              self.temperature)
+        return self.trace
+
+
+def monitor_sampler(model: nn.Module, run: Callable[[], Any], monitor: ChainMonitor | None = None, *,
+                    mask_id: int | None = None, logit_shift: int | None = None,
+                    temperature: float = 1.0) -> SamplerTrace:
+    """Run ``run()`` (a sampler calling ``model``, unmodified) and watch each of its denoising steps; see the module
+    docstring. ``temperature``: the temperature the sampler draws at (the reference of the effective temperature).
+
+    Examples:
+        A toy loop that reveals one position per step with a greedy pick (a cooled sampler: effective temperature
+        below the asked 1):
+
+        >>> import torch
+        >>> from mlm_dynamics.tracking.sampler_monitor import monitor_sampler
+        >>> net = torch.nn.Embedding(5, 5)          # any model: logits [B, L, V] from tokens [B, L]; id 4 = mask
+        >>> def sample():
+        ...     x = torch.full((2, 6), 4)
+        ...     for k in range(6):
+        ...         logits = net(x)
+        ...         x[:, k] = logits[:, k, :4].argmax(-1)
+        ...     return x
+        >>> trace = monitor_sampler(net, sample, mask_id=4)
+        >>> trace.steps, sum(trace.committed), trace.effective["effective_temperature"] < 1
+        (6, 12, True)
+    """
+    family = detect_family(model)
+    if mask_id is None:
+        if family is None:
+            raise ValueError(f"mask_id: a {type(model).__name__} is no known diffusion family, so its mask id is "
+                             "unknown; pass mask_id=")
+        mask_id = family_mask_id(family, model)
+    shift = logit_shift if logit_shift is not None else (family.logit_shift if family is not None else 0)
+    watcher = _Watcher(mask_id, shift, temperature, monitor)
+    handles = [model.register_forward_pre_hook(watcher.before, with_kwargs=True),
+               model.register_forward_hook(watcher.after, with_kwargs=True)]
+    try:
+        output = run()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return watcher.finish(output)
+
+
+__all__ = ["SamplerTrace", "monitor_sampler"]

@@ -1,0 +1,218 @@
+"""The masked-diffusion LM families, each as a tiny model in its own format (tests/family_models): the documented
+one-line route gives conditionals equal to a softmax computed by hand from the model's own forward (shifted, padded,
+block-causal and time-conditioned models included), Glauber chains, coupled pairs and the rectangle test run on
+them, and each family's own decoding loop is monitored without editing it."""
+
+import math
+
+import pytest
+import torch
+
+from family_models import build
+from mlm_dynamics import FullSequenceDenoiser, GlauberSampler, VocabInfo, sample_rectangles
+from mlm_dynamics.diagnostics.meeting import meeting_times
+from mlm_dynamics.models.families import FAMILIES, denoiser_for
+from mlm_dynamics.models.full_sequence import loglinear_sigma
+from mlm_dynamics.models.huggingface import dtype_argument
+from mlm_dynamics.sampling.blocks import BlockSchedule
+from mlm_dynamics.sampling.categorical import tempered_log_probs
+from mlm_dynamics.sampling.coupling import randomize_sites
+from mlm_dynamics.tracking.sampler_monitor import monitor_sampler
+
+HF_FAMILIES = ("llada", "dream", "mdlm", "bd3lm")
+EOS = 2
+
+
+@pytest.fixture(scope="module")
+def directories(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("families")
+    return {family: build.write(family, folder) for family in HF_FAMILIES}
+
+
+def attach(family, directories):
+    """The documented one-line route of each family."""
+    if family == "sedd":
+        model = build.sedd()
+        return denoiser_for(model), model
+    denoiser, _ = FullSequenceDenoiser.from_pretrained_diffusion(str(directories[family]), trust_remote_code=True)
+    return denoiser, denoiser.model
+
+
+def batch(padded: bool):
+    """Three rows of words; with ``padded`` the second is left-padded with EOS (LLaDA's and Dream's padding) and the
+    third ends with EOS filler, a real token the chains may resample."""
+    tokens = torch.randint(3, build.VOCAB - 1, (3, 10), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones(3, 10, dtype=torch.bool)
+    if padded:
+        tokens[1, :3], mask[1, :3] = EOS, False
+        tokens[2, -2:] = EOS
+    return tokens, mask if padded else None
+
+
+def own_logits(family, model, masked, mask):
+    """The logits each family's own sampler reads at every position, written out from its conventions."""
+    with torch.no_grad():
+        if family == "llada":
+            return model(masked, attention_mask=None if mask is None else mask.long()).logits
+        if family == "dream":
+            if mask is None:
+                logits = model(masked, "full", None).logits
+            else:
+                tok_idx = (mask.long().cumsum(-1) - 1).masked_fill(~mask, 1)
+                full = mask[:, None, None, :] & mask[:, None, :, None]
+                logits = model(masked, full, tok_idx).logits
+            return torch.cat([logits[:, :1], logits[:, :-1]], dim=1)  # Dream's shift
+        if family == "mdlm":
+            return model(masked, timesteps=torch.zeros(len(masked))).logits
+        if family == "bd3lm":
+            return model(masked, timesteps=torch.zeros(len(masked), 1), sample_mode=True).logits
+        sigma = loglinear_sigma(torch.full((len(masked),), 1 / masked.shape[1]))
+        return model(masked, sigma)
+
+
+@pytest.mark.parametrize("family", [*HF_FAMILIES, "sedd"])
+def test_one_line_route_gives_exact_conditionals(family, directories):
+    denoiser, model = attach(family, directories)
+    assert denoiser.family == family
+    padded = FAMILIES[family].pad_is_eos
+    tokens, mask = batch(padded)
+    positions = torch.tensor([[4], [6], [8]])
+    ours = tempered_log_probs(denoiser.conditional_logits(tokens, positions, mask)[:, 0],
+                              denoiser.vocab.allowed_mask(), 1.0)
+    masked = tokens.scatter(1, positions, denoiser.vocab.mask_id)
+    logits = own_logits(family, model, masked, mask).gather(1, positions[..., None].expand(-1, -1, build.VOCAB))
+    allowed = denoiser.vocab.allowed_mask()
+    theirs = logits[:, 0].double().masked_fill(~allowed, -math.inf).log_softmax(-1)
+    difference = (ours.exp() - theirs.exp()).abs().max()
+    assert difference < 1e-6, difference  # float32 forwards: equal up to rounding
+    if family == "dream":  # reading the logits unshifted would be silently wrong: it differs
+        unshifted = model(masked, "full" if mask is None else (mask[:, None, None, :] & mask[:, None, :, None]),
+                          None if mask is None else (mask.long().cumsum(-1) - 1).masked_fill(~mask, 1)).logits
+        wrong = unshifted.gather(1, positions[..., None].expand(-1, -1, build.VOCAB))[:, 0].double()
+        assert (wrong.masked_fill(~allowed, -math.inf).softmax(-1) - theirs.exp()).abs().max() > 1e-3
+    if padded:  # without the padding mask the padded row's conditional is another one
+        blind = tempered_log_probs(denoiser.conditional_logits(tokens[1:2], positions[1:2], torch.ones(1, 10)),
+                                   allowed, 1.0)
+        assert (blind.exp() - ours[1:2].exp()).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("family", [*HF_FAMILIES, "sedd"])
+def test_glauber_coupling_and_rectangles_run_and_respect_padding(family, directories):
+    denoiser, _ = attach(family, directories)
+    tokens, mask = batch(FAMILIES[family].pad_is_eos)
+    sampler = GlauberSampler(denoiser, 1.0)
+    state = sampler.init_state(tokens, generator=0, attention_mask=mask)
+    for _ in sampler.run(state, 60):
+        pass
+    if mask is not None:
+        assert torch.equal(state.tokens[~mask], tokens[~mask])  # padding is never resampled
+        sites = state.sites[2, : int(state.site_counts[2])]
+        assert {8, 9} <= set(sites.tolist())  # the EOS filler of an answer is a site
+    if FAMILIES[family].logit_shift:
+        assert not bool((state.sites == 0).any())  # position 0 has no conditional in a shifted model
+    y0 = randomize_sites(denoiser, tokens, state.sites, torch.Generator().manual_seed(0), site_counts=state.counts)
+    times = meeting_times(sampler, tokens, y0, max_steps=40, generator=0, sites=state.sites,
+                          site_counts=state.counts, attention_mask=mask)
+    assert times.times.numel() == 3
+    report = sample_rectangles(denoiser, tokens, num_tokens=2, generator=0, attention_mask=mask)
+    assert report.values.numel() > 0 and bool(torch.isfinite(report.values).all())
+
+
+def test_block_view_sees_what_the_block_diffusion_sampler_sees(directories):
+    """BD3-LM is block-causal: block 1's conditionals ignore block 2, so the view that cuts it off is exact; on that
+    view chains and rectangles stay inside the block. Across blocks, rectangles are incompatible by construction
+    (block 0 does not see block 1, block 1 sees block 0): what all-positions Glauber would mix."""
+    denoiser, model = attach("bd3lm", directories)
+    schedule = BlockSchedule.from_model(model, start=0)
+    tokens = torch.randint(3, build.VOCAB - 1, (2, 12), generator=torch.Generator().manual_seed(2))
+    view = schedule.view(tokens, 1)
+    sites = schedule.sites(view, 1)
+    full = denoiser.conditional_logits(tokens, sites[:, :1])
+    cut = denoiser.conditional_logits(view, sites[:, :1])
+    torch.testing.assert_close(full, cut, atol=1e-5, rtol=1e-5)
+    state = GlauberSampler(denoiser, 1.0).init_state(view, generator=0, sites=sites)
+    for _ in GlauberSampler(denoiser, 1.0).run(state, 20):
+        pass
+    assert torch.equal(state.tokens[:, :4], view[:, :4])  # earlier blocks are context
+    within = sample_rectangles(denoiser, view, num_tokens=2, sites=sites[0], generator=0)
+    assert within.distances.max() <= 3
+    across = sample_rectangles(denoiser, tokens[:, :8], num_tokens=2, min_distance=4, generator=0)
+    assert across.prevalence == 1.0
+
+
+def test_native_samplers_are_monitored_without_editing_them(directories):
+    """Each family's own loop, watched in a line or two: every denoising step seen, every generated position
+    committed once, growth (BD3-LM) handled, the final state observed."""
+    samplers = build.samplers()
+    generator = torch.Generator().manual_seed(0)
+    llada = attach("llada", directories)[1]
+    prompt, prompt_mask = batch(True)
+    trace = monitor_sampler(llada, lambda: samplers.llada_generate(
+        llada, prompt, attention_mask=prompt_mask.long(), gen_length=8, block_length=4, steps=8,
+        mask_id=build.MASK_ID, generator=generator))
+    assert trace.steps == 8 and sum(trace.committed) == 3 * 8 and trace.final.shape == (3, 18)
+    dream = attach("dream", directories)[1]
+    trace = monitor_sampler(dream, lambda: dream.diffusion_generate(prompt, attention_mask=prompt_mask.long(),
+                                                                    max_new_tokens=6, steps=6, generator=generator))
+    assert trace.steps == 6 and sum(trace.committed) == 3 * 6
+    bd3lm = attach("bd3lm", directories)[1]
+    trace = monitor_sampler(bd3lm, lambda: samplers.bd3lm_sample(bd3lm, prompt[:, :4], num_blocks=2,
+                                                                  steps_per_block=3, mask_id=build.MASK_ID,
+                                                                  generator=generator))
+    assert trace.widths == [8, 8, 8, 12, 12, 12] and sum(trace.committed) == 3 * 8
+    sedd = build.sedd()
+    fixed = torch.tensor([5, 6, 7])  # infilling: proj_fun keeps the first three tokens
+    trace = monitor_sampler(sedd, lambda: samplers.sedd_sample(
+        sedd, batch=2, length=8, steps=4, generator=generator,
+        proj_fun=lambda x: torch.cat([fixed.expand(len(x), -1), x[:, 3:]], 1)))
+    assert trace.steps == 4 and bool((trace.final[:, :3] == fixed).all())
+
+
+def test_effective_temperature_tells_an_honest_sampler_from_a_cooled_one(directories):
+    """MDLM's ancestral sampler draws committed tokens from the step's softmax: its effective temperature is the
+    asked 1 (the surprisal gap's z-score within +-4, a 6e-5 false alarm rate). LLaDA's low-confidence remasking
+    commits the most confident of its draws first: its committed tokens are less surprising than draws at tau = 1
+    (z below -4)."""
+    samplers = build.samplers()
+    mdlm = attach("mdlm", directories)[1]
+    honest = monitor_sampler(mdlm, lambda: samplers.mdlm_sample(mdlm, batch=48, length=12, steps=12,
+                                                                 mask_id=build.MASK_ID,
+                                                                 generator=torch.Generator().manual_seed(3)))
+    assert abs(honest.effective["surprisal_gap_z"]) < 4, honest.effective
+    llada = attach("llada", directories)[1]
+    prompt = torch.randint(3, build.VOCAB - 1, (48, 4), generator=torch.Generator().manual_seed(4))
+    cooled = monitor_sampler(llada, lambda: samplers.llada_generate(
+        llada, prompt, gen_length=12, block_length=12, steps=4, mask_id=build.MASK_ID,
+        generator=torch.Generator().manual_seed(5)))
+    assert cooled.effective["surprisal_gap_z"] < -4 and cooled.effective["effective_temperature"] < 1
+
+
+def test_models_of_no_known_family_are_refused_with_the_options(tmp_path):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    GPT2LMHeadModel(GPT2Config(vocab_size=20, n_embd=8, n_layer=1, n_head=2)).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="known diffusion families: llada"):
+        FullSequenceDenoiser.from_pretrained_diffusion(str(tmp_path))
+    with pytest.raises(ValueError, match="neither a known masked-diffusion family nor a masked LM"):
+        denoiser_for(torch.nn.Linear(2, 2))
+    with pytest.raises(ValueError, match="family must be one of"):
+        denoiser_for(torch.nn.Linear(2, 2), family="gpt")
+    uniform = build.sedd()
+    uniform.config.graph.type = "uniform"
+    with pytest.raises(ValueError, match="'uniform' graph has no mask state"):
+        denoiser_for(uniform)
+
+
+def test_remote_code_needs_consent_and_time_conditioning_is_explicit(directories):
+    with pytest.raises(ValueError, match="trust_remote_code=True"):
+        FullSequenceDenoiser.from_pretrained_diffusion(str(directories["llada"]))
+    with pytest.raises(TypeError, match="time_conditioning"):
+        FullSequenceDenoiser.masked_diffusion(torch.nn.Identity(), VocabInfo(size=4, mask_id=3))  # type: ignore
+
+
+def test_weights_dtype_uses_the_keyword_of_this_transformers():
+    import transformers
+    from packaging.version import Version
+
+    expected = "dtype" if Version(transformers.__version__) >= Version("4.56") else "torch_dtype"
+    assert dtype_argument(torch.float16) == {expected: torch.float16}
