@@ -32,30 +32,54 @@ from .streams import mix, uniforms
 PAIR_SLOTS = 4  # uniforms per pair and step with per-pair streams: site, coupling decision, token of x, token of y
 
 
+def rounding_tolerance(size: int, dtype: torch.dtype) -> float:
+    """The largest ``|sum(p) - 1|`` rounding can give a row of ``size`` probabilities made as
+    ``exp(log_softmax(z))``, computed in ``dtype`` (float32 or better: low-precision rows are taken as computed in
+    float32 and stored in ``dtype``) and summed in float64.
+
+    Derivation (``u``: unit roundoff of the computation, ``e``: of the storage): ``log_softmax`` sums ``size``
+    positive terms for its normaliser, so ``log s`` is off by at most ``(size - 1) u`` in any summation order
+    (Higham, recursive summation); ``x_i = (z_i - m) - log s`` and ``p_i = exp(x_i)`` add a relative error of at most
+    ``(|z_i - m| + |x_i| + |log s| + 4) u`` to ``p_i``, whose ``p``-weighted sum is at most ``(3 ln size + 4) u``
+    because ``sum p_i (m - z_i) <= H``, ``-sum p_i x_i = H`` and ``log s <= ln size`` (``H <= ln size`` the entropy);
+    storing rounds each ``p_i`` by ``e / 2`` relatively; the float64 check sum adds ``(size - 1) eps64``. So
+    ``|sum - 1| <= (size - 1 + 3 ln size + 8) u + e / 2 + (size - 1) eps64``: 1.0e-11 for float64 rows of a
+    BERT-size vocabulary (30,522), 1.8e-3 for float32 ones, 3.9e-3 for bfloat16 rows of 256; a row summing to 2 is
+    beyond it in every dtype."""
+    compute = torch.finfo(torch.promote_types(dtype, torch.float32)).eps / 2
+    store = torch.finfo(dtype).eps / 2
+    return (size - 1 + 3 * math.log(max(size, 1)) + 8) * compute + store + (size - 1) * torch.finfo(torch.float64).eps
+
+
+def probability_rows(rows: Tensor, name: str) -> Tensor:
+    """``rows [N, V]`` renormalised in float64, after checking that they are probability vectors up to rounding
+    (:func:`rounding_tolerance`): a ValueError naming ``name`` for negative, non-finite or non-float entries, or a row
+    whose sum is off by more than rounding explains."""
+    if not rows.is_floating_point() or not torch.isfinite(rows).all() or (rows < 0).any():
+        raise ValueError(f"{name} must hold finite, non-negative floating-point probabilities")
+    dtype, rows = rows.dtype, rows.double()
+    sums = rows.sum(-1, keepdim=True)
+    if rows.numel():
+        error = float((sums - 1).abs().max())
+        allowed = rounding_tolerance(rows.shape[1], dtype)
+        if error > allowed:
+            raise ValueError(f"{name}: rows must sum to 1, one is off by {error:.3g}, beyond the {allowed:.2g} that "
+                             "rounding of a softmax explains: not a probability vector (a wrong temperature, logits "
+                             "of another vocabulary, a row summed twice?)")
+    return rows / sums
+
+
 def maximal_coupling(p: Tensor, q: Tensor, generator: torch.Generator) -> tuple[Tensor, Tensor]:
     """Draw ``(x, y)`` of shape ``[N]`` from the maximal coupling of the rows of ``p, q [N, V]``.
 
-    Rows must be probability vectors: finite, non-negative and summing to 1 within
-    ``(8 + 2 log2 V + 4 ln V) eps`` of their dtype, the sum taken in float64 whatever the dtype. Tolerance, for rows
-    made as ``exp(log_softmax(z))``: the normaliser ``log sum exp`` is off by at most ``(log2 V + 1 + ln V) eps``
-    (pairwise sum, then log); each ``x_i = z_i - m - log s`` is rounded relative to its own size, so ``p_i`` carries
-    a relative error of about ``(|z_i - m| + |x_i|) eps``, whose ``p``-weighted sum is at most ``3 ln V eps`` (the
-    entropy and ``E[m - z]`` are at most ``ln V``); the check's own sum adds ``log2 V`` roundings, and exp and
-    division a few more (the 8). Measured: float64 rows over V = 30,522 off by up to 38 eps (BERT-size
-    vocabulary at tau = 1), within the 79 eps allowed there. A row off by more is not a probability vector: a
-    bfloat16 row summing to 2 is off by 1, beyond the ``79 eps = 0.62`` allowed even at V = 30,522 (the earlier
-    ``V eps`` let it through). Cost: ``O(N V)``; three uniforms of ``generator`` per row
-    (:func:`coupled_draw`).
+    Rows must be probability vectors up to the rounding a softmax can give (:func:`rounding_tolerance`); they are
+    renormalised in float64 before the draw, so rounding never refuses a real row and never biases a draw, while a
+    row that is wrong beyond rounding (one summing to 2) is refused. Cost: ``O(N V)``; three uniforms of
+    ``generator`` per row (:func:`coupled_draw`).
     """
     if p.shape != q.shape or p.dim() != 2:
         raise ValueError(f"p and q must be equal-shape [N, V] tensors, got {tuple(p.shape)} and {tuple(q.shape)}")
-    for name, rows in (("p", p), ("q", q)):
-        if not rows.is_floating_point() or not torch.isfinite(rows).all() or (rows < 0).any():
-            raise ValueError(f"{name} must hold finite, non-negative floating-point probabilities")
-        error = (rows.double().sum(-1) - 1).abs().max() if rows.numel() else torch.zeros((), dtype=torch.float64)
-        size = max(rows.shape[1], 1)
-        if error > (8 + 2 * math.log2(size) + 4 * math.log(size)) * torch.finfo(rows.dtype).eps:
-            raise ValueError(f"{name}: rows must sum to 1, one is off by {float(error):.3g} ({rows.dtype})")
+    p, q = probability_rows(p, "p"), probability_rows(q, "q")
     return coupled_draw(p, q, torch.rand(p.shape[0], 3, generator=generator, device=p.device, dtype=torch.float64))
 
 
@@ -264,4 +288,4 @@ def lagged_coupling(sampler: GlauberSampler, x0: Tensor, y0: Tensor, *, lag: int
 
 
 __all__ = ["PAIR_SLOTS", "CoupledGlauberChains", "CoupledState", "coupled_draw", "lagged_coupling", "maximal_coupling",
-           "randomize_sites", "resampled_mask"]
+           "probability_rows", "randomize_sites", "resampled_mask", "rounding_tolerance"]
