@@ -13,7 +13,16 @@ The overhead at a schedule of one run every N steps is ``(N t_attached + sum of 
 for ``--every`` and the smallest N that keeps it within 1.03x. ``--preset bert-base`` is 12 x 768, V = 30,522,
 batch 16 x 128; ``--preset tiny`` the 2 x 64 model of earlier figures.
 
+``--realised F [F ...]``: the budget the user sets. For each fraction F, a fit of about ``--seconds`` seconds of bare
+training with the three callbacks due at every step and ``overhead=F/3`` each (so F in all), against the same fit
+bare, alternating: realised overhead = (attached fit's step seconds - bare fit's) / bare fit's, measured from the
+outside, next to the callbacks' own account (their seconds over the loop's). The same for the Hugging Face Trainer
+(``--trainer hf``): ``DiagnosticsCallback(overhead=F)`` on a ``BertForMaskedLM`` of the preset's size fine-tuned with
+the stock collator on the shipped English MLM's tokenizer. A run's cost is kept small (``--probe-steps``) so that
+many runs fit in the time: the budget's granularity is one run.
+
 Usage: python benchmarks/bench_callbacks.py [--preset bert-base|tiny] [--steps 3] [--every 500]
+       python benchmarks/bench_callbacks.py --preset tiny --realised 0.01 0.05 0.2 [--seconds 60] [--trainer hf]
 """
 
 from __future__ import annotations
@@ -21,19 +30,23 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
+import tempfile
 import time
 from typing import Any
 
 import lightning as L
 import torch
 from torch.utils.data import DataLoader
-from transformers import BertConfig, BertForMaskedLM
+from transformers import BertConfig, BertForMaskedLM, TrainerCallback
 
 from mlm_dynamics import MaskedLMDenoiser
 from mlm_dynamics.callbacks import MixingDiagnostics, RectangleTest, TrapDetector
+from mlm_dynamics.integrations.transformers import DiagnosticsCallback
+from mlm_dynamics.probes import MeetingTimeProbe, RectangleProbe
 from mlm_dynamics.training import MaskedDenoiserModule
 
 PRESETS = {"bert-base": dict(hidden=768, layers=12, vocab=30522, batch=16, length=128),
+           "small": dict(hidden=256, layers=4, vocab=8000, batch=16, length=64),
            "tiny": dict(hidden=64, layers=2, vocab=2000, batch=16, length=64)}
 
 
@@ -78,12 +91,19 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3, help="timed optimizer steps per fit")
     parser.add_argument("--rounds", type=int, default=2, help="alternating bare / attached fits")
     parser.add_argument("--every", type=int, default=500, help="the schedule to report: one run every N steps")
+    parser.add_argument("--realised", type=float, nargs="+", help="measure the realised overhead at these fractions")
+    parser.add_argument("--seconds", type=float, default=60.0, help="bare training seconds per realised fit")
+    parser.add_argument("--probe-steps", type=int, default=50, help="chain steps of a meeting-time run (realised)")
+    parser.add_argument("--trainer", choices=["lightning", "hf"], default="lightning")
     args = parser.parse_args()
     for key, value in PRESETS[args.preset].items():
         setattr(args, key, value)
+    if args.realised:
+        realised(args)
+        return
 
     def callbacks(every: int) -> list[L.Callback]:
-        common = dict(every_n_train_steps=every, on_validation_end=False, num_starts=4)
+        common = dict(every_n_train_steps=every, on_validation_end=False, num_starts=4, overhead=None)
         return [MixingDiagnostics(max_steps=200, **common), RectangleTest(**common),
                 TrapDetector(steps_per_run=50, **common)]
 
@@ -110,6 +130,75 @@ def main() -> None:
         print(f"within 1.03x from every {math.ceil(total / margin)} steps")
     else:
         print("attaching alone costs more than 3 %")
+
+
+def realised(args: argparse.Namespace) -> None:
+    """Print the realised overhead of the budgeted callbacks at each of ``args.realised``, measured from outside."""
+    step = statistics.median(fit(args, [], 5) if args.trainer == "lightning" else hf_fit(args, None, 5))
+    steps = max(10, round(args.seconds / step))
+    print(f"{args.trainer}: BERT-style {args.hidden}x{args.layers}, V={args.vocab}; bare step {step:.4f} s, "
+          f"{steps} steps per fit, meeting-time runs of {args.probe_steps} steps")
+    for fraction in args.realised:
+        if args.trainer == "lightning":
+            common = dict(every_n_train_steps=1, on_validation_end=False, num_starts=4, overhead=fraction / 3)
+            attached = [MixingDiagnostics(max_steps=args.probe_steps, **common), RectangleTest(**common),
+                        TrapDetector(steps_per_run=args.probe_steps // 4, **common)]
+            before, attached_times, after = fit(args, [], steps), fit(args, attached, steps), fit(args, [], steps)
+            scheduled = [callback.scheduled for callback in attached]
+        else:
+            callback = DiagnosticsCallback([MeetingTimeProbe(max_steps=args.probe_steps), RectangleProbe()],
+                                           every_n_steps=1, at_evaluate=False, overhead=fraction)
+            before, attached_times, after = (hf_fit(args, None, steps), hf_fit(args, callback, steps),
+                                             hf_fit(args, None, steps))
+            scheduled = callback.scheduled
+        bare = (sum(before) + sum(after)) / 2  # a bare fit on each side: the machine's drift is the noise floor
+        outside, noise = (sum(attached_times) - bare) / bare, abs(sum(before) - sum(after)) / bare
+        inside = sum(s.seconds_used / s.loop_seconds for s in scheduled)
+        runs = sum(s.runs for s in scheduled)
+        skipped = sum(s.skipped_runs for s in scheduled)
+        print(f"overhead={fraction:g}: realised {outside:.4f} from outside ({outside / fraction:.2f}x the request; "
+              f"bare-vs-bare noise {noise:.4f}), {inside:.4f} by the callbacks' account ({inside / fraction:.2f}x); "
+              f"{runs} runs, {skipped} skipped")
+
+
+def hf_fit(args: argparse.Namespace, callback: DiagnosticsCallback | None, steps: int) -> list[float]:
+    """Per-step times of a Hugging Face Trainer fine-tune (collator, dynamic masking) of ``steps`` steps after a
+    warm-up step; ``callback`` attached when given (listed before the timer)."""
+    from transformers import AutoTokenizer, DataCollatorForLanguageModeling, Trainer, TrainingArguments
+
+    from mlm_dynamics.models.pretrained import english_mlm_dir
+
+    tokenizer = AutoTokenizer.from_pretrained(str(english_mlm_dir()))
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=args.hidden, num_hidden_layers=args.layers,
+                        num_attention_heads=max(1, args.hidden // 64), intermediate_size=4 * args.hidden)
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = BertForMaskedLM(config)
+    texts = [" ".join(f"word{(7 * i + j) % 97}" for j in range(args.length - 2)) for i in range(args.batch * 4)]
+    timer = HFStepTimer()
+    with tempfile.TemporaryDirectory() as out:
+        training = TrainingArguments(output_dir=out, max_steps=steps + 1, per_device_train_batch_size=args.batch,
+                                     save_strategy="no", report_to=[], disable_tqdm=True, use_cpu=True,
+                                     logging_strategy="no")
+        trainer = Trainer(model=model, args=training, train_dataset=[tokenizer(t) for t in texts],
+                          data_collator=DataCollatorForLanguageModeling(tokenizer), processing_class=tokenizer,
+                          callbacks=[*([callback] if callback else []), timer])
+        trainer.train()
+    return timer.times[1:]
+
+
+class HFStepTimer(TrainerCallback):
+    """Wall time of each optimizer step of a Hugging Face Trainer, to the end of the callbacks listed before it."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self.started = 0.0
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.started = time.perf_counter()
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.times.append(time.perf_counter() - self.started)
 
 
 if __name__ == "__main__":

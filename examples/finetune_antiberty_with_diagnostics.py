@@ -37,7 +37,8 @@ def main(argv: list[str] | None = None) -> L.Trainer:
     denoiser, codec = load_antiberty(num_layers=args.layers)
     length = min(len(s) for s in EXAMPLE_ANTIBODIES)
     data = torch.tensor([codec.encode(s[:length]) for s in EXAMPLE_ANTIBODIES])
-    common = dict(every_n_train_steps=args.every, on_validation_end=False, num_starts=2)
+    common = dict(every_n_train_steps=args.every, on_validation_end=False, num_starts=2,
+                  overhead=None if args.smoke else 0.05)  # --smoke: every due run, whatever it costs
     chain_steps = 4 if args.smoke else 20
     callbacks = [MixingDiagnostics(max_steps=5 if args.smoke else 50, **common),
                  RectangleTest(pairs_per_context=2, num_tokens=3, max_distance=3, **common),

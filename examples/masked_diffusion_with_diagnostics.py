@@ -156,7 +156,8 @@ def main(argv: list[str] | None = None) -> dict:
     backbone = TinyMDLM(vocab.size, mask, args.length)
     module = MaskedDiffusion(backbone, vocab)
     encoder = SentenceEmbedder(codec)
-    common = dict(every_n_train_steps=max(2, args.train_steps // 2), on_validation_end=False, num_starts=2)
+    common = dict(every_n_train_steps=max(2, args.train_steps // 2), on_validation_end=False, num_starts=2,
+                  overhead=None if args.smoke else 0.05)  # --smoke: every due run, whatever it costs
     trainer = L.Trainer(max_steps=args.train_steps, accelerator="cpu", logger=CSVLogger(args.out, name="training"),
                         enable_checkpointing=False, log_every_n_steps=1,
                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=args.out,

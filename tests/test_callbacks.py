@@ -24,7 +24,7 @@ def tensorboard_tags(path):
 
 
 def callbacks():
-    common = dict(every_n_train_steps=2, num_starts=3, seed=0)
+    common = dict(every_n_train_steps=2, num_starts=3, seed=0, overhead=None)  # every due run
     return [MixingDiagnostics(max_steps=15, lag=3, t_values=(0, 6), **common),
             RectangleTest(pairs_per_context=2, num_tokens=3, **common),
             InfluenceProbe(temperatures=(1.0, 4.0), max_sites=4, **common),
@@ -100,7 +100,7 @@ def test_meeting_time_metric_agrees_with_the_core_on_the_toy_model():
             self.denoiser = potts
 
     starts = torch.zeros(64, 4, dtype=torch.long)
-    callback = MixingDiagnostics(start_tokens=starts, num_starts=64, max_steps=300, seed=7)
+    callback = MixingDiagnostics(start_tokens=starts, num_starts=64, max_steps=300, seed=7, overhead=None)
     metrics = callback.scheduled.run(ToyModule(), potts, stage="predict")
     # replay the core with the same stream
     generator = torch.Generator().manual_seed(7)
@@ -119,7 +119,8 @@ def test_rectangle_prevalence_on_the_bundled_mlm(antiberty):
     from mlm_dynamics.models import EXAMPLE_ANTIBODIES
 
     starts = torch.tensor([codec.encode(EXAMPLE_ANTIBODIES[1])])
-    callback = RectangleTest(start_tokens=starts, num_starts=1, pairs_per_context=2, num_tokens=3, max_distance=2)
+    callback = RectangleTest(start_tokens=starts, num_starts=1, pairs_per_context=2, num_tokens=3, max_distance=2,
+                             overhead=None)
     metrics = callback.scheduled.run(denoiser, denoiser, stage="val")
     assert metrics["rectangle/val/prevalence"] > 0
 

@@ -117,7 +117,7 @@ def test_mlflow_gets_every_value_and_the_figures_as_artifacts(tmp_path, monkeypa
     data = potts_corpus()
     trainer = L.Trainer(max_steps=4, logger=logger, accelerator="cpu", enable_progress_bar=False,
                         enable_model_summary=False, limit_val_batches=1, val_check_interval=4, num_sanity_val_steps=0,
-                        callbacks=[MixingDiagnostics(every_n_train_steps=2, max_steps=15, num_starts=3,
+                        callbacks=[MixingDiagnostics(every_n_train_steps=2, max_steps=15, num_starts=3, overhead=None,
                                                      log_figures=True)], default_root_dir=tmp_path)
     trainer.fit(MaskedDenoiserModule(tiny_bert_denoiser(), lr=3e-3), DataLoader(data, batch_size=8),
                 DataLoader(data[:8], batch_size=8))
@@ -127,3 +127,93 @@ def test_mlflow_gets_every_value_and_the_figures_as_artifacts(tmp_path, monkeypa
     assert client.get_metric_history(logger.run_id, "mixing/val/censored_fraction")
     artifacts = [item.path for item in client.list_artifacts(logger.run_id, "mixing")]  # folders by tag
     assert any(path.startswith("mixing/survival") and path.endswith(".png") for path in artifacts), artifacts
+
+
+def copy_of(logged, tmp_path, folder):
+    import shutil
+
+    target = tmp_path / folder
+    shutil.copytree(logged / folder, target, symlinks=True)  # W&B's latest-run link stays a link
+    return target
+
+
+def only(folder, pattern):
+    (found,) = list(folder.rglob(pattern))
+    return found
+
+
+def test_a_flipped_bit_in_an_event_file_is_refused_and_a_cut_last_record_is_read_past_and_said(logged, tmp_path):
+    folder = copy_of(logged, tmp_path, "tb")
+    events = only(folder, "events.out.tfevents.*")
+    data = bytearray(events.read_bytes())
+    good = read_logs(folder)
+    events.write_bytes(bytes(data[:-5]))  # the writer killed inside its last record
+    cut = read_logs(folder)
+    assert cut.notes and "cut short" in cut.notes[0] and set(cut.scalars) <= set(good.scalars)
+    middle = len(data) // 2
+    data[middle] ^= 0x04  # one bit: without the checksum a value could silently change (9.0 read as 2.25)
+    events.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=r"events\.out\.tfevents.*record at byte \d+: its (data|length) fail"):
+        read_logs(folder)
+    events.write_bytes(bytes(range(256)) * 8)  # not an event file at all
+    with pytest.raises(ValueError, match="fails the checksum"):
+        read_logs(folder)
+    events.write_bytes(b"")
+    with pytest.raises(ValueError, match=r"no diagnostics keys found in .*events\.out\.tfevents"):
+        read_logs(folder)
+
+
+def test_a_damaged_wandb_file_is_refused(logged, tmp_path):
+    folder = copy_of(logged, tmp_path, "wandb")
+    run_file = only(folder, "*.wandb")
+    data = run_file.read_bytes()
+    assert leveldb_records(run_file)  # the real file passes every chunk checksum
+    run_file.write_bytes(data[:7] + bytes(reversed(data[7:200])) + data[200:])  # garbage after the header
+    with pytest.raises(ValueError, match=r"\.wandb: chunk at byte 7 fails its checksum"):
+        read_logs(folder)
+    flipped = bytearray(data)
+    flipped[len(data) // 2] ^= 0x01
+    run_file.write_bytes(bytes(flipped))
+    with pytest.raises(ValueError, match="fails its checksum"):
+        read_logs(folder)
+
+
+@pytest.mark.parametrize(("damage", "message"), [
+    (lambda text: text[:text.rindex(".") + 2], r"metrics\.csv, line \d+: the file ends inside a line"),
+    (lambda text: _garble_cell(text), r"line 2: column .* holds '0.6x25', not a number"),
+    (lambda text: "", r"metrics\.csv, line 1: not a metrics log"),
+    (lambda text: text[:5], r"line 1: the file ends inside a line"),
+])
+def test_a_damaged_csv_is_refused_naming_file_and_line(logged, tmp_path, damage, message):
+    folder = copy_of(logged, tmp_path, "csv")
+    path = only(folder, "metrics.csv")
+    path.write_text(damage(path.read_text()))
+    with pytest.raises(ValueError, match=message):
+        read_logs(folder)
+
+
+def _garble_cell(text: str) -> str:
+    """The first non-empty numeric cell of the first data row replaced by text."""
+    header, first, *rest = text.split("\n")
+    cells = first.split(",")
+    index = next(i for i, cell in enumerate(cells) if cell and i != header.split(",").index("step"))
+    cells[index] = "0.6x25"
+    return "\n".join([header, ",".join(cells), *rest])
+
+
+def test_several_runs_in_a_folder_are_named_and_read_one_at_a_time(logged, tmp_path, capsys):
+    import shutil
+
+    folder = copy_of(logged, tmp_path, "csv")
+    (first,) = [p for p in folder.iterdir() if p.is_dir()]
+    shutil.copytree(first, folder / "version_7")
+    with pytest.raises(ValueError, match=r"holds 2 runs \(version_0, version_7\); name one with --run NAME"):
+        read_logs(folder)
+    run = read_logs(folder, run="version_7")
+    assert run.name == "version_7" and run.files == [str(folder / "version_7" / "metrics.csv")]
+    with pytest.raises(ValueError, match="--run: 'version_9' names no run"):
+        read_logs(folder, run="version_9")
+    assert main(["report", str(folder), "--run", "version_0", "--out", str(tmp_path / "out")]) == 0
+    assert f"read: run version_0 (csv): {folder / 'version_0' / 'metrics.csv'}" in capsys.readouterr().out
+    assert main(["report", str(folder), "--out", str(tmp_path / "out2")]) == 2
+    assert "--run NAME" in capsys.readouterr().err

@@ -53,7 +53,7 @@ def main(out):
     torch.manual_seed(0)
     data = torch.randint(4, 24, (64, 8))
     data[:, 0], data[:, -1] = 1, 2
-    common = dict(every_n_train_steps=1, on_validation_end=False, num_starts=2, seed=0)
+    common = dict(every_n_train_steps=1, on_validation_end=False, num_starts=2, seed=0, overhead=None)
     callbacks = [DiagnosticCallback(SlowOnRankOne(max_steps=10), budget_seconds=2.0, **common),
                  RectangleTest(pairs_per_context=2, num_tokens=3, **common),
                  InfluenceProbe(max_sites=3, temperatures=(1.0, 2.0), **common),

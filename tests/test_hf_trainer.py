@@ -77,7 +77,7 @@ def test_one_callback_attaches_logs_and_leaves_the_fit_bit_identical(tmp_path, t
     bare = fine_tune(tokenizer, tmp_path / "bare", [], accumulation=accumulation)
     state_after_bare = torch.random.get_rng_state()
     recorder = Recorder()
-    diagnostics = DiagnosticsCallback(every_n_steps=2)
+    diagnostics = DiagnosticsCallback(every_n_steps=2, overhead=None)
     watched = fine_tune(tokenizer, tmp_path / "watched", [recorder, diagnostics], accumulation=accumulation)
     # the fit it watched is the fit without it
     assert losses(watched) == losses(bare) and len(losses(bare)) == 4
@@ -106,10 +106,12 @@ class Resuming(DiagnosticsCallback):
 
 
 def same(a, b) -> bool:
-    """Nested states equal, tensors bit for bit (the wall-clock seconds spent aside)."""
+    """Nested states equal, tensors bit for bit (wall-clock measurements aside: seconds spent, the loop's seconds,
+    the cost estimate and the realised overhead logged from them)."""
     if isinstance(a, dict):
-        return isinstance(b, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a
-                                                                    if k != "seconds_used")
+        return isinstance(b, dict) and a.keys() == b.keys() and all(
+            same(a[k], b[k]) for k in a
+            if k not in ("seconds_used", "loop_seconds", "estimate") and not str(k).endswith("/overhead"))
     if isinstance(a, (list, tuple)):
         return isinstance(b, (list, tuple)) and len(a) == len(b) and all(map(same, a, b))
     if isinstance(a, torch.Tensor):
@@ -118,23 +120,36 @@ def same(a, b) -> bool:
 
 
 def test_resumed_fine_tune_continues_the_diagnostics_streams(tmp_path, tokenizer):
-    fine_tune(tokenizer, tmp_path / "whole", [DiagnosticsCallback(every_n_steps=2)], steps=4)
-    fine_tune(tokenizer, tmp_path / "split", [DiagnosticsCallback(every_n_steps=2), StopAt(2)], steps=4)
+    fine_tune(tokenizer, tmp_path / "whole", [DiagnosticsCallback(every_n_steps=2, overhead=None)], steps=4)
+    fine_tune(tokenizer, tmp_path / "split", [DiagnosticsCallback(every_n_steps=2, overhead=None), StopAt(2)], steps=4)
     saved = torch.load(tmp_path / "split" / "checkpoint-2" / STATE_FILE, weights_only=True)
     # what a checkpoint keeps is a function of the run up to it: the same as the uninterrupted fine-tune's
     assert same(saved, torch.load(tmp_path / "whole" / "checkpoint-2" / STATE_FILE, weights_only=True))
-    resumed = Resuming(every_n_steps=2)
+    resumed = Resuming(every_n_steps=2, overhead=None)
     fine_tune(tokenizer, tmp_path / "split", [resumed], steps=4, resume=str(tmp_path / "split" / "checkpoint-2"))
     assert same(resumed.at_start, saved)  # schedule, budget, streams and starts continue from the checkpoint
-    assert not same(Resuming(every_n_steps=2).state_dict(), saved)  # (a fresh callback's state differs)
+    assert not same(Resuming(every_n_steps=2, overhead=None).state_dict(), saved)  # (a fresh callback's state differs)
     assert [s.runs for s in resumed.scheduled] == [2, 2]  # one run restored, one after the resume
+
+
+def test_a_resume_into_another_output_dir_finds_the_state_and_a_resume_without_one_says_so(tmp_path, tokenizer):
+    fine_tune(tokenizer, tmp_path / "first", [DiagnosticsCallback(every_n_steps=2, overhead=None), StopAt(2)], steps=4)
+    checkpoint = tmp_path / "first" / "checkpoint-2"
+    resumed = Resuming(every_n_steps=2, overhead=None)
+    fine_tune(tokenizer, tmp_path / "second", [resumed], steps=4, resume=str(checkpoint))  # another output_dir
+    assert same(resumed.at_start, torch.load(checkpoint / STATE_FILE, weights_only=True))
+    assert [s.runs for s in resumed.scheduled] == [2, 2]
+    (checkpoint / STATE_FILE).unlink()  # a checkpoint written without the callback
+    with pytest.warns(RuntimeWarning, match="resumed at step 2 but no diagnostics state"):
+        fine_tune(tokenizer, tmp_path / "third", [DiagnosticsCallback(every_n_steps=2, overhead=None)], steps=4,
+                  resume=str(checkpoint))
 
 
 def test_ids_come_from_the_model_config_without_a_tokenizer_or_an_error_says_what_to_pass(tokenizer):
     model = BertForMaskedLM(BertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                                        intermediate_size=32, pad_token_id=0))
     callback = DiagnosticsCallback()
-    with pytest.raises(ValueError, match="processing_class=tokenizer"):
+    with pytest.raises(ValueError, match="the Trainer has no tokenizer .* as processing_class"):
         callback.build_denoiser(model, None)
     model.config.mask_token_id = 3
     denoiser = callback.build_denoiser(model, None)
@@ -149,7 +164,7 @@ def test_ids_come_from_the_model_config_without_a_tokenizer_or_an_error_says_wha
 def test_values_reach_tensorboard_through_report_to_and_read_back_as_the_callbacks_keys(tmp_path, tokenizer):
     from mlm_dynamics.report.logs import read_logs
 
-    fine_tune(tokenizer, tmp_path, [DiagnosticsCallback(every_n_steps=2)], report_to=["tensorboard"])
+    fine_tune(tokenizer, tmp_path, [DiagnosticsCallback(every_n_steps=2, overhead=None)], report_to=["tensorboard"])
     run = read_logs(tmp_path / "runs")  # logged as train/mixing/train/... by the integration, read back without it
     assert [step for step, _ in run.scalars["mixing/train/meeting_time_median"]] == [2, 4]
     assert "rectangle/train/prevalence" in run.scalars
@@ -164,6 +179,7 @@ def test_a_trainer_that_only_evaluates_gets_the_validation_diagnostics(tmp_path,
                                                           per_device_eval_batch_size=3),
                       eval_dataset=[tokenizer(text) for text in TEXTS], processing_class=tokenizer,
                       data_collator=DataCollatorForLanguageModeling(tokenizer),
-                      callbacks=[recorder, DiagnosticsCallback(start_tokens=[tokenizer(TEXTS[0])["input_ids"]])])
+                      callbacks=[recorder, DiagnosticsCallback(start_tokens=[tokenizer(TEXTS[0])["input_ids"]],
+                                                               overhead=None)])
     trainer.evaluate()
     assert any("mixing/val/meeting_time_median" in logs for _, logs in recorder.logged)

@@ -14,7 +14,7 @@ def test_lightning_cli_builds_every_callback_from_yaml_and_fits(tmp_path):
     from lightning.pytorch.cli import LightningCLI
 
     (tmp_path / "starts.json").write_text(json.dumps([[1, 4, 5, 6, 7, 8, 9, 4, 5, 6, 7, 2]] * 2))
-    common = {"every_n_train_steps": 2, "on_validation_end": False, "num_starts": 2}
+    common = {"every_n_train_steps": 2, "on_validation_end": False, "num_starts": 2, "overhead": None}
     callbacks = [
         {"class_path": "mlm_dynamics.callbacks.MixingDiagnostics",
          "init_args": {**common, "max_steps": 10, "start_tokens": str(tmp_path / "starts.json")}},

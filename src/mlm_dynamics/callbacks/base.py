@@ -14,8 +14,11 @@ YAML file.
 
 Schedule: every ``every_n_train_steps`` optimizer steps (once per optimizer step: batches that only accumulate
 gradients never trigger a run), at the end of validation, and/or at the end of predict; never during the sanity
-check. Everything a run needs is checked when fit, validation or predict starts. Each run stops scheduling once
-``budget_seconds`` of diagnostics have been spent.
+check. Everything a run needs is checked when fit, validation or predict starts, and the expected cost of a run is
+logged then. The diagnostics take at most ``overhead`` (default 5 %) of the fit's wall-clock time: a due run that
+would exceed it is skipped and counted (``skipped_runs``); ``budget_seconds`` caps the total on top. The fraction
+is each callback's own: three callbacks at ``overhead=0.05`` take up to 15 % together (give each a share). A run
+that fails is warned about once, counted (``failed_runs``) and the fit goes on (``strict=True`` raises instead).
 
 Non-interference: a run leaves the fit exactly as it would have been without the callback (per-step losses, weights,
 optimizer state, the global random state, every submodule's train/eval mode): see
@@ -41,12 +44,13 @@ from typing import Any
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.loggers import MLFlowLogger, TensorBoardLogger, WandbLogger
+from lightning.pytorch.utilities import rank_zero_info
 from matplotlib.figure import Figure
 from torch import Tensor
 from typing_extensions import override
 
 from ..models.base import Denoiser
-from ..probes.base import Probe, ScheduledProbe
+from ..probes.base import Probe, ScheduledProbe, check_every
 from ..probes.keys import tensorboard_layout
 from ..report.writers import finite
 
@@ -95,6 +99,8 @@ class DiagnosticCallback(Callback):
         denoiser_fn, denoiser_attr: how to find the denoiser on the module (see the module docstring).
         start_tokens, batch_to_tokens, num_starts: the start states (see the module docstring).
         budget_seconds: stop once this many seconds of diagnostics were spent.
+        overhead: the largest fraction of the fit's wall-clock time the diagnostics may take (``None``: no cap).
+        strict: re-raise a failing run (tests, CI) instead of warning, counting and going on.
         seed: seed of the callback's own random stream (checkpointed with it).
         prefix: prepended to every metric name.
         log_figures: log the probe's figures at validation end.
@@ -107,12 +113,14 @@ class DiagnosticCallback(Callback):
                  batch_to_tokens: Callable[[Any], Any] | None = None, num_starts: int = 4,
                  budget_seconds: float | None = None, seed: int = 0, prefix: str = "", log_figures: bool = False,
                  weights: Callable[[LightningModule], AbstractContextManager[Any]] | None = None,
-                 denoiser_attr: str = "denoiser") -> None:
+                 denoiser_attr: str = "denoiser", overhead: float | None = 0.05, strict: bool = False) -> None:
+        check_every(every_n_train_steps, "every_n_train_steps")
         self.probe = probe
         self.scheduled = ScheduledProbe(probe, every_n_steps=every_n_train_steps, at_validation=on_validation_end,
                                         at_predict=on_predict_end, start_tokens=start_tokens,
                                         batch_to_tokens=batch_to_tokens, num_starts=num_starts,
-                                        budget_seconds=budget_seconds, seed=seed, prefix=prefix, weights=weights)
+                                        budget_seconds=budget_seconds, seed=seed, prefix=prefix, weights=weights,
+                                        overhead=overhead, strict=strict)
         self.denoiser_fn, self.denoiser_attr, self.log_figures = denoiser_fn, denoiser_attr, log_figures
         self.prefix = prefix
         self._prepared = False
@@ -156,6 +164,8 @@ class DiagnosticCallback(Callback):
         if not self._prepared:
             self.scheduled.prepare(pl_module, self.denoiser(pl_module))
             self._prepared = True
+            if self.scheduled.estimate_line:
+                rank_zero_info(self.scheduled.estimate_line)
 
     # -- hooks -----------------------------------------------------------------------------------------------------
     @override

@@ -38,7 +38,8 @@ class MixingDiagnostics(DiagnosticCallback):
         >>> rows[:, 0], rows[:, -1] = 1, 2
         >>> trainer = L.Trainer(max_steps=4, logger=False, enable_checkpointing=False, enable_progress_bar=False,
         ...                     enable_model_summary=False,
-        ...                     callbacks=[MixingDiagnostics(every_n_train_steps=2, max_steps=50)])
+        ...                     callbacks=[MixingDiagnostics(every_n_train_steps=2, max_steps=50,
+        ...                                                  overhead=None)])  # every due run (default: <= 5 %)
         >>> trainer.fit(module, DataLoader(rows, batch_size=4))
         >>> metrics = trainer.callback_metrics
         >>> float(metrics["mixing/train/num_pairs"]), float(metrics["mixing/train/meeting_time_median_confidence"])

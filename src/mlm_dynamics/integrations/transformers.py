@@ -13,8 +13,12 @@ positions restored from ``labels``, padding left out through ``attention_mask``)
 only looks at the inputs; ``start_tokens=`` fixes them instead.
 
 **Schedule**: every ``every_n_steps`` optimizer steps (``state.global_step``: gradient accumulation runs once per
-optimizer step) and after each evaluation (``at_evaluate``). Each run is isolated as everywhere in the package
-(modes, global random state and grad mode restored; its own generator), so the fit is the fit without the callback.
+optimizer step) and after each evaluation (``at_evaluate``), within ``overhead`` (default 5 %) of the fine-tune's
+wall-clock time, evaluations included: a due run that would exceed it is skipped and counted (``skipped_runs``), and
+the expected cost of a run is logged when training starts. A run that fails is warned about once, counted
+(``failed_runs``) and the fine-tune goes on (``strict=True`` raises instead). Each run is isolated as everywhere in
+the package (modes, global random state and grad mode restored; its own generator), so the fit is the fit without
+the callback.
 With several processes every rank runs at the same steps and pooled probes reduce across ranks.
 
 **Logging**: the values go to every ``report_to`` integration of the Trainer (W&B, TensorBoard, MLflow, ...)
@@ -22,7 +26,9 @@ through its callback handler (the Trainer's own logging untouched), as ``{prefix
 ``state.global_step`` (the integrations add their own ``train/`` prefix), and into ``state.log_history``.
 
 **Checkpoints**: with each Trainer checkpoint the callback writes its state (schedule, budget, random streams) to
-``checkpoint-{step}/mlm_dynamics_diagnostics.pt`` and reads it back when training resumes from that checkpoint.
+``checkpoint-{step}/mlm_dynamics_diagnostics.pt`` and reads it back when training resumes from that checkpoint,
+wherever it is (``trainer.train(resume_from_checkpoint=path)``, ``args.resume_from_checkpoint``, or
+``output_dir/checkpoint-{step}``); a resume that finds no state says so and restarts the diagnostics.
 """
 
 from __future__ import annotations
@@ -39,13 +45,17 @@ from torch import Tensor, nn
 from transformers import TrainerCallback
 from transformers.trainer_callback import CallbackHandler, TrainerControl, TrainerState
 from transformers.training_args import TrainingArguments
+from transformers.utils import logging
 
 from .._io import atomic_write
 from ..models.base import Denoiser
+from ..models.families import denoiser_for, detect_family, is_masked_lm
 from ..models.huggingface import MaskedLMDenoiser
-from ..probes.base import Probe, ScheduledProbe
+from ..probes.base import Probe, ScheduledProbe, check_every
 from ..probes.mixing import MeetingTimeProbe, RectangleProbe
 from ..report.writers import finite
+
+logger = logging.get_logger(__name__)
 
 STATE_FILE = "mlm_dynamics_diagnostics.pt"
 BATCH_KEYS = ("input_ids", "attention_mask", "labels")
@@ -56,13 +66,15 @@ def default_probes() -> list[Probe]:
     return [MeetingTimeProbe(max_steps=200), RectangleProbe()]
 
 
-def config_ids(config: Any) -> dict[str, Any]:
-    """Denoiser ids from a model config when there is no tokenizer: ``mask_token_id`` is required; CLS, SEP, BOS,
-    EOS and PAD ids are frame positions (never resampled) and, with the mask id, never proposed."""
+def config_ids(config: Any, tokenizer: Any = None) -> dict[str, Any]:
+    """Denoiser ids from a model config when the tokenizer gives no mask id: ``mask_token_id`` is required; CLS,
+    SEP, BOS, EOS and PAD ids are frame positions (never resampled) and, with the mask id, never proposed."""
     mask_id = getattr(config, "mask_token_id", None)
     if mask_id is None:
-        raise ValueError("DiagnosticsCallback: the Trainer has no tokenizer (processing_class) and the model config "
-                         "has no mask_token_id; pass processing_class=tokenizer to the Trainer or denoiser_fn=")
+        had = ("the Trainer has no tokenizer (processing_class)" if tokenizer is None else
+               f"the tokenizer ({type(tokenizer).__name__}) defines no mask token")
+        raise ValueError(f"DiagnosticsCallback: {had} and the model config has no mask_token_id; pass a tokenizer "
+                         "with a mask token as processing_class, set model.config.mask_token_id, or pass denoiser_fn=")
     frame = sorted({i for name in ("cls_token_id", "sep_token_id", "bos_token_id", "eos_token_id", "pad_token_id")
                     if isinstance(i := getattr(config, name, None), int)})
     return {"mask_id": mask_id, "special_ids": [*frame, mask_id], "frame_ids": frame,
@@ -79,6 +91,9 @@ class DiagnosticsCallback(TrainerCallback):
         start_tokens: fixed start sequences instead of the batches' rows (tensor, id lists or a JSON/YAML file).
         num_starts: rows taken from a batch.
         budget_seconds: stop running once this many seconds of diagnostics were spent (per probe).
+        overhead: the largest fraction of the fine-tune's wall-clock time the diagnostics may take, all probes
+            together (each gets an equal share); ``None``: no cap.
+        strict: re-raise a failing run (tests, CI) instead of warning, counting and going on.
         seed: seed of the probes' own random streams.
         prefix: prepended to every metric name.
         denoiser_fn: ``denoiser_fn(model) -> Denoiser`` for models that are not ``*ForMaskedLM``.
@@ -87,17 +102,25 @@ class DiagnosticsCallback(TrainerCallback):
     def __init__(self, probes: Sequence[Probe] | None = None, *, every_n_steps: int | None = 500,
                  at_evaluate: bool = True, start_tokens: Tensor | list[list[int]] | str | None = None,
                  num_starts: int = 4, budget_seconds: float | None = None, seed: int = 0, prefix: str = "",
-                 denoiser_fn: Callable[[nn.Module], Denoiser] | None = None) -> None:
+                 denoiser_fn: Callable[[nn.Module], Denoiser] | None = None, overhead: float | None = 0.05,
+                 strict: bool = False) -> None:
         chosen = default_probes() if probes is None else list(probes)
         if not chosen:
             raise ValueError("probes: pass at least one probe, or None for the default set")
+        wrong = [p for p in chosen if not isinstance(p, Probe)]
+        if wrong:
+            raise ValueError(f"probes must be Probe objects (mlm_dynamics.probes: MeetingTimeProbe(), "
+                             f"RectangleProbe(), ...), got {wrong!r}")
+        check_every(every_n_steps, "every_n_steps")
         groups = [probe.group for probe in chosen]
         if len(set(groups)) != len(groups):
             raise ValueError(f"probes: two probes log under one group ({groups}); give one a prefix in another "
                              "DiagnosticsCallback")
         self.scheduled = [ScheduledProbe(probe, every_n_steps=every_n_steps, at_validation=at_evaluate,
                                          start_tokens=start_tokens, num_starts=num_starts,
-                                         budget_seconds=budget_seconds, seed=seed, prefix=prefix) for probe in chosen]
+                                         budget_seconds=budget_seconds, seed=seed, prefix=prefix,
+                                         overhead=None if overhead is None else overhead / len(chosen),
+                                         strict=strict) for probe in chosen]
         self.denoiser_fn = denoiser_fn
         self.denoiser: Denoiser | None = None
         self.latest: dict[str, float] = {}
@@ -108,11 +131,23 @@ class DiagnosticsCallback(TrainerCallback):
     # -- set-up ----------------------------------------------------------------------------------------------------
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, *,
                        model: nn.Module | None = None, processing_class: Any = None, **kwargs: Any) -> None:
-        """Wrap the model, hook its inputs, check every probe against it, and restore a resumed run's state."""
+        """Wrap the model, hook its inputs, check every probe against it (logging what a run costs), and restore a
+        resumed run's state from wherever the Trainer resumed."""
         self._hook = self._bind(model, processing_class).register_forward_pre_hook(self._capture, with_kwargs=True)
-        saved = Path(str(args.output_dir)) / f"checkpoint-{state.global_step}" / STATE_FILE
-        if state.global_step > 0 and saved.is_file():
-            self.load_state_dict(torch.load(saved, map_location="cpu", weights_only=True))
+        for scheduled in self.scheduled:
+            if scheduled.estimate_line and state.is_world_process_zero:
+                logger.info(f"DiagnosticsCallback: {scheduled.estimate_line}")
+        if state.global_step > 0:
+            candidates = [*_resumed_from(), getattr(args, "resume_from_checkpoint", None),
+                          Path(str(args.output_dir)) / f"checkpoint-{state.global_step}"]
+            found = [Path(str(c)) / STATE_FILE for c in candidates if c and (Path(str(c)) / STATE_FILE).is_file()]
+            if found:
+                self.load_state_dict(torch.load(found[0], map_location="cpu", weights_only=True))
+            else:
+                tried = ", ".join(str(c) for c in candidates if c)
+                warnings.warn(f"DiagnosticsCallback: training resumed at step {state.global_step} but no diagnostics "
+                              f"state ({STATE_FILE}) was found (looked in {tried}); the diagnostics restart their "
+                              "schedule, budget and random streams", RuntimeWarning, stacklevel=2)
 
     def _bind(self, model: nn.Module | None, processing_class: Any) -> nn.Module:
         """Find the Trainer's callback handler, wrap ``model`` and check every probe against it; the model."""
@@ -130,9 +165,17 @@ class DiagnosticsCallback(TrainerCallback):
         if self.denoiser_fn is not None:
             return self.denoiser_fn(model)
         tokenizer = getattr(processing_class, "tokenizer", processing_class)  # a processor holds its tokenizer
+        if detect_family(model) is not None:  # LLaDA, Dream, MDLM, ...: the family registry knows its conventions
+            return denoiser_for(model, tokenizer)
+        output_embeddings = getattr(model, "get_output_embeddings", None)
+        head = output_embeddings() if callable(output_embeddings) else None
+        if not is_masked_lm(model) or head is None:
+            raise ValueError(f"DiagnosticsCallback: the Trainer's model is a {type(model).__name__}, which gives no "
+                             "masked-token conditionals (not a *ForMaskedLM with its LM head, nor a known diffusion "
+                             "family); attach it to the masked LM, or pass denoiser_fn=model -> Denoiser")
         if tokenizer is not None and getattr(tokenizer, "mask_token_id", None) is not None:
             return MaskedLMDenoiser(model, tokenizer=tokenizer)
-        return MaskedLMDenoiser(model, **config_ids(model.config))
+        return MaskedLMDenoiser(model, **config_ids(model.config, tokenizer))
 
     def _capture(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Forward pre-hook: keep the latest training batch's rows (reads the inputs, changes nothing)."""
@@ -207,6 +250,18 @@ class DiagnosticsCallback(TrainerCallback):
         if self._hook is not None:
             self._hook.remove()
             self._hook = None
+
+
+def _resumed_from() -> list[str]:
+    """The checkpoint directory the Trainer is resuming from: ``resume_from_checkpoint`` of the ``Trainer.train``
+    call up the stack (a callback gets no handle on it), when it is a path."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        value = frame.f_locals.get("resume_from_checkpoint")
+        if isinstance(value, str | Path) and Path(str(value)).is_dir():
+            return [str(value)]
+        frame = frame.f_back  # type: ignore[assignment]
+    return []
 
 
 def _calling_handler() -> CallbackHandler | None:

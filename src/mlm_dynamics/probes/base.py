@@ -25,6 +25,18 @@ in (an EMA ``store``/``copy_to`` in its ``on_validation_epoch_start``), ``weight
 training steps, ``mixing/val/...`` at validation end, ``mixing/predict/...`` at predict end; each value is logged
 once, at the step it was measured (:func:`metric_key_table` lists every name).
 
+**Cost is the user's budget.** ``overhead`` (default 0.05) caps the diagnostics at that fraction of the watched
+loop's own wall-clock time (training and evaluation alike): a due run happens only when the seconds spent so far plus
+the expected cost of one run fit within ``overhead`` times the loop's seconds; otherwise it is skipped and counted
+(``skipped_runs``), and every run logs the realised fraction (``overhead``). The expected cost is the last run's, and
+before the first run an estimate from the probe's forward rows and one timed forward (:attr:`ScheduledProbe.estimate`,
+one line the adapters log when the run is set up). ``budget_seconds`` is an absolute cap on top.
+
+**Failures never end the run.** A run that fails (a numerical refusal, running out of memory, a model quirk) is
+caught, warned about once per cause with what to change, counted (``failed_runs``, logged), and the loop goes on;
+``strict=True`` (tests, CI) re-raises. A ``weights=`` context that leaves other parameters in the module is not a
+failure of the diagnostic but a broken contract with the loop: it always raises.
+
 **Several processes** (DDP): every rank calls :meth:`ScheduledProbe.run` at the same points; the budget is decided
 on the maximum of the ranks' seconds (an all-reduce), pooled probes (meeting times, rectangles) measure on every
 rank and reduce through torchmetrics, the others run on rank 0 only.
@@ -33,6 +45,8 @@ rank and reduce through torchmetrics, the others run on rank 0 only.
 from __future__ import annotations
 
 import abc
+import logging
+import math
 import time
 import warnings
 from collections.abc import Callable
@@ -50,6 +64,8 @@ from .isolation import isolated, parameter_checksum
 from .starts import BatchRows, StartStates, TokenRows, batch_rows, load_tokens, pad_rows, placeholder_rows, start_states
 
 STAGES: tuple[str, ...] = ("train", "val", "predict")
+FAILURES = (ValueError, RuntimeError, FloatingPointError, IndexError, TypeError, ArithmeticError, MemoryError)
+LOGGER = logging.getLogger("mlm_dynamics")
 
 Weights = Callable[[Any], AbstractContextManager[Any]]
 
@@ -63,6 +79,16 @@ class MetricKey:
     meaning: str
     unit: str
     when: str = ""
+
+
+SCHEDULE_KEYS = (
+    MetricKey("failed_runs", "runs that failed so far (the loop went on; a warning named the cause and the fix)",
+              "count"),
+    MetricKey("skipped_runs", "due runs skipped so far to keep the diagnostics within overhead of the loop's time",
+              "count"),
+    MetricKey("overhead", "seconds of diagnostics over the loop's own seconds so far (realised; capped by "
+                          "overhead=)", "fraction", "once the loop has run"),
+)
 
 
 class Probe(abc.ABC):
@@ -82,6 +108,12 @@ class Probe(abc.ABC):
     def measure(self, denoiser: Denoiser, starts: StartStates, generator: torch.Generator) -> dict[str, float]:
         """The diagnostic's scalars (names without group or stage), drawing only from ``generator``."""
 
+    def forward_rows(self, rows: int, sites: int) -> int | None:
+        """The most forward rows one run can cost on ``rows`` start rows of ``sites`` resampled positions (the cost
+        estimate before the first run); ``None``: unknown (the first run is then not budgeted ahead)."""
+        del rows, sites
+        return None
+
     def state_dict(self) -> dict[str, Any]:
         """The probe's own state (empty for stateless probes), saved with the schedule's."""
         return {}
@@ -89,6 +121,12 @@ class Probe(abc.ABC):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned."""
         del state
+
+
+def check_every(value: object, name: str) -> None:
+    """A ValueError naming ``name`` unless ``value`` is ``None`` or an integer >= 1 (a step interval)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"{name} must be an integer >= 1 (run every N optimizer steps) or None, got {value!r}")
 
 
 class ScheduledProbe:
@@ -103,6 +141,8 @@ class ScheduledProbe:
         batch_to_tokens: maps a batch of another shape to a token tensor or a mapping with ``input_ids``.
         num_starts: rows taken from a batch.
         budget_seconds: stop scheduling once this many seconds of diagnostics were spent (``None``: no budget).
+        overhead: the largest fraction of the loop's wall-clock time the diagnostics may take (``None``: no cap).
+        strict: re-raise a failing run instead of warning and counting it (for tests and CI).
         seed: seed of the probe's own generator.
         prefix: prepended to every metric name.
         weights: ``weights(module)`` returns a context manager under which to measure (e.g. EMA weights); it must
@@ -119,7 +159,8 @@ class ScheduledProbe:
         >>> denoiser = tiny_bert_denoiser(generator=0)             # MaskedLMDenoiser(your_model, tokenizer=...)
         >>> batch = torch.randint(5, 24, (4, 10), generator=torch.Generator().manual_seed(0))
         >>> batch[:, 0], batch[:, -1] = 1, 2                       # [CLS] ... [SEP]
-        >>> scheduled = ScheduledProbe(MeetingTimeProbe(max_steps=50), every_n_steps=2)
+        >>> scheduled = ScheduledProbe(MeetingTimeProbe(max_steps=50), every_n_steps=2,
+        ...                            overhead=None)                   # every due run; the default: <= 5 % of the loop
         >>> scheduled.prepare(denoiser.model, denoiser)             # checks before the first run
         >>> state = torch.random.get_rng_state()
         >>> for step in range(1, 5):                                # ... your optimizer steps ...
@@ -139,10 +180,12 @@ class ScheduledProbe:
                  at_predict: bool = False, start_tokens: TokenRows | str | None = None,
                  batch_to_tokens: Callable[[Any], Any] | None = None, num_starts: int = 4,
                  budget_seconds: float | None = None, seed: int = 0, prefix: str = "",
-                 weights: Weights | None = None) -> None:
-        if every_n_steps is not None and (isinstance(every_n_steps, bool) or not isinstance(every_n_steps, int)
-                                          or every_n_steps < 1):
-            raise ValueError(f"every_n_train_steps must be an integer >= 1 or None, got {every_n_steps!r}")
+                 weights: Weights | None = None, overhead: float | None = 0.05, strict: bool = False) -> None:
+        check_every(every_n_steps, "every_n_steps")
+        if overhead is not None and (isinstance(overhead, bool) or not isinstance(overhead, (int, float))
+                                     or not 0 < overhead <= 1):
+            raise ValueError(f"overhead must be a fraction in (0, 1] of the loop's time, or None (no cap), got "
+                             f"{overhead!r}")
         if isinstance(num_starts, bool) or not isinstance(num_starts, int) or num_starts < 1:
             raise ValueError(f"num_starts must be an integer >= 1, got {num_starts!r}")
         if budget_seconds is not None and not budget_seconds > 0:
@@ -157,17 +200,45 @@ class ScheduledProbe:
         self.start_tokens = load_tokens(start_tokens)
         self.batch_to_tokens, self.num_starts = batch_to_tokens, num_starts
         self.budget_seconds, self.prefix, self.weights = budget_seconds, prefix, weights
+        self.overhead, self.strict = (None if overhead is None else float(overhead)), strict
         self.generator = as_generator(seed)
         self.runs, self.seconds_used, self.last_step = 0, 0.0, -1
+        self.failed_runs, self.skipped_runs = 0, 0
+        self.loop_seconds = 0.0  # the watched loop's own wall-clock seconds so far (diagnostics excluded)
+        self.estimate: float | None = None  # expected seconds of the next run
+        self.estimate_line = ""
+        self._mark: float | None = None
+        self._warned: set[str] = set()
         self.latest: BatchRows | None = None
         self.last_metrics: dict[str, float] = {}
         self._evaluation_weights: torch.Tensor | None = None
 
     # -- start states ------------------------------------------------------------------------------------------------
+    def tick(self) -> None:
+        """Count the loop's wall-clock time since the last tick (or the end of the last run): what ``overhead`` is a
+        fraction of. ``capture``, ``due`` and ``run`` tick; a loop that calls none of them between steps loses no
+        time, it is counted at the next call."""
+        now = time.perf_counter()
+        if self._mark is not None:
+            self.loop_seconds += now - self._mark
+        self._mark = now
+
     def capture(self, batch: Any) -> None:
-        """Keep the first rows of ``batch`` as the next run's starts (unless ``start_tokens`` were given)."""
+        """Keep the first rows of ``batch`` as the next run's starts (unless ``start_tokens`` were given); the copy's
+        seconds count as diagnostics, not as the loop's. A batch that cannot be read is warned about once and leaves
+        the previous starts (``strict=True``: a ValueError)."""
+        self.tick()
         if self.start_tokens is None:
-            self.latest = batch_rows(batch, self.num_starts, self.batch_to_tokens)
+            try:
+                self.latest = batch_rows(batch, self.num_starts, self.batch_to_tokens)
+            except ValueError as error:  # a batch the probe cannot read never ends the fit (unless strict)
+                if self.strict:
+                    raise
+                self._warn_once("capture", f"{type(self.probe).__name__}: {error}; the runs fail until a batch can "
+                                "be read (failed_runs counts them), the fit goes on")
+            now = time.perf_counter()
+            self.seconds_used += now - (self._mark or now)
+            self._mark = now
 
     def starts(self, denoiser: Denoiser) -> StartStates:
         """The start states of the next run, on the denoiser's device."""
@@ -186,6 +257,7 @@ class ScheduledProbe:
     def due(self, step: int) -> bool:
         """Whether optimizer step ``step`` runs the probe; True at most once per step (gradient accumulation calls
         again with the same step) and never at step 0."""
+        self.tick()
         if not self.every_n_steps or step <= 0 or step % self.every_n_steps or step == self.last_step:
             return False
         self.last_step = step
@@ -193,7 +265,8 @@ class ScheduledProbe:
 
     def prepare(self, module: nn.Module, denoiser: Denoiser) -> None:
         """Check everything a run needs before the first one: the denoiser's output shape, the start tokens, and the
-        probe's own options on one start row (:meth:`Probe.bind`), under the same isolation as a run."""
+        probe's own options on one start row (:meth:`Probe.bind`), under the same isolation as a run; estimate a
+        run's cost; the loop's clock starts here."""
         rows = self.starts(denoiser) if self.start_tokens is not None else start_states(denoiser,
                                                                                         placeholder_rows(denoiser))
         with isolated(module, denoiser, device=denoiser.device):
@@ -201,6 +274,17 @@ class ScheduledProbe:
             sample = StartStates(rows.tokens[:1], rows.sites[:1], rows.counts[:1], mask)
             denoiser.conditional_logits(sample.tokens, sample.sites[:, :1], mask)  # raises on a wrong output shape
             self.probe.bind(denoiser, sample)
+            started = time.perf_counter()  # one timed forward of a start-sized batch: the cost estimate
+            batch = sample.tokens.expand(self.num_starts, -1)
+            denoiser.conditional_logits(batch, sample.sites[:, :1].expand(self.num_starts, -1),
+                                        None if mask is None else mask.expand(self.num_starts, -1))
+            per_row = (time.perf_counter() - started) / self.num_starts
+        rows_per_run = self.probe.forward_rows(self.num_starts, int(rows.counts.max()))
+        if rows_per_run is not None:
+            self.estimate = per_row * rows_per_run
+            self.estimate_line = cost_line(type(self.probe).__name__, rows_per_run, self.estimate, self.overhead)
+            LOGGER.info(self.estimate_line)
+        self._mark = time.perf_counter()
 
     def note_evaluation_start(self, module: nn.Module) -> None:
         """Call when validation starts, before the module's own hook: remembers the training weights, so that a
@@ -213,36 +297,79 @@ class ScheduledProbe:
         the budget is spent or this rank does not measure. Every rank must call it at the same points."""
         if stage not in STAGES:
             raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
+        self.tick()
         spent = _max_over_ranks(self.seconds_used)
         if self.budget_seconds is not None and spent >= self.budget_seconds:
             return None
+        if not _all_ranks(self.affordable(spent)):
+            self.skipped_runs += 1
+            if self.skipped_runs == 1:
+                LOGGER.info(f"{type(self.probe).__name__}: a due run was skipped to keep the diagnostics within "
+                            f"overhead={self.overhead} of the loop's time ({spent:.1f} s used, a run costs about "
+                            f"{self.estimate or 0:.1f} s, {self.loop_seconds:.1f} s of loop so far); runs resume as "
+                            "the loop goes on, skipped_runs counts them. Raise overhead= or make a run cheaper.")
+            return None
         if not self.probe.pooled and _rank() != 0:
             return None
+        name = f"{self.prefix}{self.probe.group}/{stage}/"
+        started = time.perf_counter()
+        try:
+            metrics = self._measure(module, denoiser, stage)
+        except FAILURES as error:
+            if self.strict or isinstance(error, WeightsNotRestored):
+                raise
+            self.failed_runs += 1
+            self._warn_once(f"failed:{type(error).__name__}", failure_message(type(self.probe).__name__, error))
+            metrics = {}
+        finally:
+            elapsed = time.perf_counter() - started
+            self.seconds_used += elapsed
+            self._mark = time.perf_counter()  # the run's own time is not the loop's
+        if metrics:
+            self.runs += 1
+            self.estimate = elapsed
+        if self.budget_seconds is not None and self.seconds_used >= self.budget_seconds and _rank() == 0:
+            warnings.warn(f"{type(self.probe).__name__}: diagnostics budget of {self.budget_seconds}s spent; no "
+                          "further runs", stacklevel=2)
+        bookkeeping = {"failed_runs": float(self.failed_runs), "skipped_runs": float(self.skipped_runs),
+                       "overhead": self.seconds_used / self.loop_seconds if self.loop_seconds > 0 else math.nan}
+        self.last_metrics = {f"{name}{key}": value for key, value in {**metrics, **bookkeeping}.items()}
+        return self.last_metrics
+
+    def affordable(self, spent: float) -> bool:
+        """Whether one more run (expected: :attr:`estimate` seconds) keeps the diagnostics within ``overhead`` of
+        the loop's seconds so far (always, without an overhead cap or an estimate)."""
+        if self.overhead is None or self.estimate is None:
+            return True
+        return spent + self.estimate <= self.overhead * self.loop_seconds
+
+    def _measure(self, module: nn.Module, denoiser: Denoiser, stage: str) -> dict[str, float]:
         starts = self.starts(denoiser)
         swapped = (stage == "val" and self._evaluation_weights is not None
                    and not torch.equal(parameter_checksum(module), self._evaluation_weights))
         use_weights = self.weights is not None and not swapped
-        started = time.perf_counter()
         with isolated(module, denoiser, device=denoiser.device):
             before = parameter_checksum(module) if use_weights else None
             with self.weights(module) if use_weights and self.weights is not None else nullcontext():
                 metrics = self.probe.measure(denoiser, starts, self.generator)
             if before is not None and not torch.equal(parameter_checksum(module), before):
-                raise RuntimeError(f"weights: the context of {type(self.probe).__name__} left other parameters in the "
-                                   "module than it found; it must restore them (EMA: store, copy_to, then restore)")
-        self.seconds_used += time.perf_counter() - started
-        self.runs += 1
-        if self.budget_seconds is not None and self.seconds_used >= self.budget_seconds and _rank() == 0:
-            warnings.warn(f"{type(self.probe).__name__}: diagnostics budget of {self.budget_seconds}s spent; no "
-                          "further runs", stacklevel=2)
-        name = f"{self.prefix}{self.probe.group}/{stage}/"
-        self.last_metrics = {f"{name}{key}": value for key, value in metrics.items()}
-        return self.last_metrics
+                raise WeightsNotRestored(f"weights: the context of {type(self.probe).__name__} left other parameters "
+                                         "in the module than it found; it must restore them (EMA: store, copy_to, "
+                                         "then restore)")
+        return metrics
+
+    def _warn_once(self, key: str, message: str) -> None:
+        if key not in self._warned and _rank() == 0:
+            self._warned.add(key)
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
 
     # -- state ---------------------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Schedule, runs so far, seconds used, the random stream and the probe's state."""
+        """Schedule, runs so far, seconds used (and the loop's), failures and skips, the random stream and the
+        probe's state."""
         return {"runs": self.runs, "seconds_used": self.seconds_used, "last_step": self.last_step,
+                "loop_seconds": self.loop_seconds, "failed_runs": self.failed_runs,
+                "skipped_runs": self.skipped_runs, "estimate": self.estimate,
                 "rng": self.generator.get_state(), "last_metrics": dict(self.last_metrics),
                 "latest": None if self.latest is None else self.latest.state_dict(),
                 "probe": self.probe.state_dict()}
@@ -251,10 +378,47 @@ class ScheduledProbe:
         """Restore what :meth:`state_dict` returned; the next run draws what it would have drawn."""
         self.runs, self.seconds_used = int(state["runs"]), float(state["seconds_used"])
         self.last_step = int(state.get("last_step", -1))
+        self.loop_seconds = float(state.get("loop_seconds", 0.0))
+        self.failed_runs, self.skipped_runs = int(state.get("failed_runs", 0)), int(state.get("skipped_runs", 0))
+        self.estimate = state.get("estimate", self.estimate)
         self.generator.set_state(state["rng"])
         self.last_metrics = dict(state["last_metrics"])
         self.latest = None if state.get("latest") is None else BatchRows(**state["latest"])
         self.probe.load_state_dict(state.get("probe", {}))
+
+
+class WeightsNotRestored(RuntimeError):
+    """A ``weights=`` context left other parameters in the module: always raised, never counted as a failed run."""
+
+
+def failure_message(probe: str, error: BaseException) -> str:
+    """One warning for a failed run: the probe, the cause and what to change; the loop goes on."""
+    if isinstance(error, torch.OutOfMemoryError | MemoryError):
+        fix = "lower num_starts, max_steps or the probe's sizes, or run it at validation only"
+    elif isinstance(error, FloatingPointError):
+        fix = "the model produced NaN/inf logits (diverging training?) or the temperature is too small for them"
+    else:
+        fix = "the message names the parameter or the model's quirk"
+    return (f"{probe}: a diagnostics run failed and was skipped; the fit goes on ({type(error).__name__}: {error}). "
+            f"{fix}. It is counted in failed_runs; pass strict=True to raise instead.")
+
+
+def cost_line(probe: str, rows: int, seconds: float, overhead: float | None) -> str:
+    """``MeetingTimeProbe: at most 1600 forward rows per run, about 12 s here; at overhead=0.05 ...``."""
+    line = f"{probe}: at most {rows} forward rows per run, about {seconds:.3g} s here"
+    if overhead is not None:
+        line += f"; at overhead={overhead:g} a run needs about {seconds / overhead:.3g} s of the loop's own time"
+    return line
+
+
+def _all_ranks(flag: bool) -> bool:
+    """``flag`` on every process of the default group (min over ranks): a skip decided together."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return flag
+    on = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    value = torch.tensor(float(flag), dtype=torch.float64, device=on)
+    dist.all_reduce(value, op=dist.ReduceOp.MIN)
+    return bool(value > 0)
 
 
 def _rank() -> int:
@@ -271,4 +435,5 @@ def _max_over_ranks(seconds: float) -> float:
     return float(value)
 
 
-__all__ = ["STAGES", "MetricKey", "Probe", "ScheduledProbe"]
+__all__ = ["FAILURES", "SCHEDULE_KEYS", "STAGES", "MetricKey", "Probe", "ScheduledProbe", "WeightsNotRestored",
+           "check_every", "cost_line", "failure_message"]

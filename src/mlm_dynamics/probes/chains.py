@@ -26,7 +26,7 @@ from ..sampling.glauber import ChainState, GlauberSampler
 from ..tracking.drift import check_drift_options
 from ..tracking.monitor import ChainMonitor
 from ..tracking.traps import TopicAttraction, TrapTracker, load_topics
-from .base import MetricKey, Probe
+from .base import SCHEDULE_KEYS, MetricKey, Probe
 from .starts import StartStates
 
 Anchors = dict[str, Tensor] | dict[str, list[str]] | dict[str, list[list[float]]]
@@ -62,7 +62,7 @@ class DriftProbe(Probe):
     """
 
     group = "drift"
-    keys: ClassVar[tuple[MetricKey, ...]] = _DRIFT_KEYS
+    keys: ClassVar[tuple[MetricKey, ...]] = (*_DRIFT_KEYS, *SCHEDULE_KEYS)
 
     def __init__(self, *, embedder: EmbedderBase | EmbeddingFunction | None = None,
                  hidden_module: str | None = None, temperature: float = 1.0, steps_per_run: int = 50, every: int = 10,
@@ -128,6 +128,10 @@ class DriftProbe(Probe):
                 self.monitor.start(self.chain_state)
         return self.chain_state, self.monitor
 
+    def forward_rows(self, rows: int, sites: int) -> int:
+        """``B steps_per_run`` chain rows, plus one embedding of ``B`` rows per observation."""
+        return rows * self.steps_per_run + rows * (self.steps_per_run // self.every + 1)
+
     def measure(self, denoiser: Denoiser, starts: StartStates, generator: torch.Generator) -> dict[str, float]:
         """Advance the long-run chains by ``steps`` and return the monitor's scalars."""
         sampler = GlauberSampler(denoiser, self.temperature)
@@ -182,7 +186,7 @@ class TrapProbe(DriftProbe):
             MetricKey("step_escape_bound_mean", "mean bound q(Delta, tau) on one step changing the chain",
                       "probability", "with with_margins"),
             MetricKey("margin_sites", "fraction of sites whose current token has a margin", "fraction",
-                      "with with_margins"))
+                      "with with_margins"), *SCHEDULE_KEYS)
 
     def __init__(self, *, radius: float = 0.05, dwell: int = 50, hamming_radius: int | None = None,
                  basin_radius: float = 0.1, topic_anchors: Anchors | str | None = None,
@@ -202,6 +206,11 @@ class TrapProbe(DriftProbe):
             raise ValueError("topic_anchors must map topic names to anchors, a YAML path, or be None")
         self.topic_anchors, self.topic_threshold, self.with_margins = anchors, threshold, with_margins
         self._anchors: dict[str, Tensor] | None = None
+
+    def forward_rows(self, rows: int, sites: int) -> int:
+        """:meth:`DriftProbe.forward_rows`, plus ``B n`` margin rows per observation with margins."""
+        margins = rows * sites * (self.steps_per_run // self.every + 1) if self.with_margins else 0
+        return super().forward_rows(rows, sites) + margins
 
     def check_dimension(self, dimension: int) -> None:
         """Embed the topic anchors now and check their width against the embedder's."""

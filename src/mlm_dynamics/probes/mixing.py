@@ -15,7 +15,7 @@ from ..models.base import Denoiser
 from ..sampling.categorical import check_temperature
 from ..sampling.coupling import CoupledGlauberChains, randomize_sites
 from ..sampling.glauber import GlauberSampler
-from .base import MetricKey, Probe
+from .base import SCHEDULE_KEYS, MetricKey, Probe
 from .starts import StartStates
 
 _QUANTILE_KEYS = tuple(
@@ -66,7 +66,7 @@ class MeetingTimeProbe(Probe):
                               for k in _MEETING_KEYS),
             MetricKey("lagged/tv_bound_t{t}", "L-lag estimate of a bound on TV(mu_0 P^t, pi) after t steps; 1 at "
                       "every t once a pair is censored (its term is unbounded)", "probability",
-                      "with lag, for each t in t_values"))
+                      "with lag, for each t in t_values"), *SCHEDULE_KEYS)
 
     def __init__(self, *, temperature: float = 1.0, max_steps: int = 200, lag: int | None = None,
                  t_values: Sequence[int] = (0, 50, 100)) -> None:
@@ -79,6 +79,11 @@ class MeetingTimeProbe(Probe):
         self.meeting = MeetingTimeMetric()
         self.lagged = MeetingTimeMetric(tv_steps=self.t_values) if lag else None
         self.latest: MeetingTimes | None = None
+
+    def forward_rows(self, rows: int, sites: int) -> int:
+        """``2 B max_steps`` (twice that, plus the lag, with ``lag``)."""
+        pairs = 2 * rows * self.max_steps
+        return pairs if self.lag is None else 2 * pairs + rows * self.lag
 
     def measure(self, denoiser: Denoiser, starts: StartStates, generator: torch.Generator) -> dict[str, float]:
         """Run coupled pairs from the starts against independent fillings; meeting-time summary (and lagged bounds)."""
@@ -118,7 +123,7 @@ class RectangleProbe(Probe):
                       "nats"),
             MetricKey("abs_r_q90", "90 % quantile of |R|", "nats"),
             MetricKey("tolerance_median", "median float tolerance below which |R| counts as zero", "nats"),
-            MetricKey("num_rectangles", "rectangles, pooled over ranks", "count"))
+            MetricKey("num_rectangles", "rectangles, pooled over ranks", "count"), *SCHEDULE_KEYS)
 
     def __init__(self, *, pairs_per_context: int = 4, num_tokens: int = 4, max_distance: int | None = None,
                  temperature: float = 1.0) -> None:
@@ -127,6 +132,10 @@ class RectangleProbe(Probe):
         self.temperature = check_temperature(temperature)
         self.prevalence = RectanglePrevalence()
         self.latest: RectangleReport | None = None
+
+    def forward_rows(self, rows: int, sites: int) -> int:
+        """``B pairs_per_context (2 num_tokens + 2)``."""
+        return rows * self.pairs_per_context * (2 * self.num_tokens + 2)
 
     def measure(self, denoiser: Denoiser, starts: StartStates, generator: torch.Generator) -> dict[str, float]:
         """Sample rectangles around the starts; their summary."""
@@ -157,7 +166,7 @@ class DobrushinProbe(Probe):
             MetricKey("tau_star", "lowest grid temperature whose estimated coefficient is below 1 (not logged if "
                                   "none is)", "temperature"),
             MetricKey("tau_star_sensitivity", "temperature where the logit-sensitivity bound on the coefficient "
-                                              "reaches 1", "temperature"))
+                                              "reaches 1", "temperature"), *SCHEDULE_KEYS)
 
     def __init__(self, *, temperatures: Sequence[float] = (0.5, 1.0, 2.0), max_sites: int = 8,
                  replacements: int = 1) -> None:
@@ -165,6 +174,11 @@ class DobrushinProbe(Probe):
         self.replacements = _check_int("replacements", replacements, 1)
         self.temperatures = tuple(check_temperatures(temperatures))
         self.latest: InfluenceEstimate | None = None
+
+    def forward_rows(self, rows: int, sites: int) -> int:
+        """``B n (1 + replacements (n - 1))`` with ``n = min(max_sites, sites)``."""
+        n = min(self.max_sites, sites)
+        return rows * n * (1 + self.replacements * (n - 1))
 
     def measure(self, denoiser: Denoiser, starts: StartStates, generator: torch.Generator) -> dict[str, float]:
         """Estimate influences at each temperature; the Dobrushin estimates."""

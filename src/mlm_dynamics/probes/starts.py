@@ -82,11 +82,13 @@ def batch_rows(batch: Any, rows: int, batch_to_tokens: Callable[[Any], Any] | No
         return value[:rows].detach().clone() if isinstance(value, Tensor) else None
 
     if isinstance(batch, Tensor):
+        check_token_batch(batch, "batch")
         tokens = take(batch)
         assert tokens is not None
         return BatchRows(tokens)
     if isinstance(batch, Mapping) and isinstance(batch.get("input_ids"), Tensor):
         ids = batch["input_ids"]
+        check_token_batch(ids, "batch['input_ids']")
         labels = batch.get("labels")
         labels = labels if isinstance(labels, Tensor) and labels.shape == ids.shape else None
         mask = batch.get("attention_mask")
@@ -96,6 +98,14 @@ def batch_rows(batch: Any, rows: int, batch_to_tokens: Callable[[Any], Any] | No
         return BatchRows(tokens, take(mask), take(labels))
     raise ValueError(f"batch_to_tokens: a batch of type {type(batch).__name__} is neither a token tensor nor a "
                      "mapping with 'input_ids' (a dict or BatchEncoding); pass batch_to_tokens= or start_tokens=")
+
+
+def check_token_batch(tokens: Tensor, name: str) -> None:
+    """A ValueError naming ``name`` unless ``tokens`` is an integer ``[B, L]`` tensor of token ids (a float or 1-D
+    tensor would be truncated or misread as one row)."""
+    if tokens.dim() != 2 or tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
+        raise ValueError(f"{name}: token ids must be an integer tensor [batch, length], got {tokens.dtype} of shape "
+                         f"{tuple(tokens.shape)}; pass batch_to_tokens= to map this batch to one")
 
 
 def load_tokens(tokens: TokenRows | str | None) -> TokenRows | None:

@@ -1,0 +1,183 @@
+"""The schedule never hurts the loop it watches: a failing run is caught, warned about once and counted (strict=True
+re-raises), and the diagnostics stay within ``overhead`` of the loop's own wall-clock time. Time is a fake clock here
+(the schedule reads ``time.perf_counter``), so the budget arithmetic is checked exactly, not timed."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from mlm_dynamics.probes import base
+from mlm_dynamics.probes.base import Probe, ScheduledProbe, WeightsNotRestored
+from mlm_dynamics.training.masked_lm import tiny_bert_denoiser
+
+
+class Clock:
+    """``time.perf_counter`` under test: advances only when told to."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Costly(Probe):
+    """A probe whose run takes ``cost`` seconds of the fake clock and raises ``error`` when set."""
+
+    group = "costly"
+
+    def __init__(self, clock: Clock, cost: float, error: Exception | None = None) -> None:
+        self.clock, self.cost, self.error = clock, cost, error
+
+    def keys(self):
+        return ()
+
+    def measure(self, denoiser, starts, generator):
+        self.clock.now += self.cost
+        if self.error is not None:
+            raise self.error
+        return {"value": float(torch.rand((), generator=generator))}
+
+    def forward_rows(self, rows, sites):
+        return 10
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    fake = Clock()
+    monkeypatch.setattr(base.time, "perf_counter", fake)
+    return fake
+
+
+@pytest.fixture
+def denoiser(clock):
+    """A tiny BERT whose forward takes 0.2 s of the fake clock per row: the setup estimate of a Costly run (10 rows)
+    is its true cost, 2 s."""
+    model = tiny_bert_denoiser(generator=0)
+    forward = model.conditional_logits
+
+    def timed(tokens, *args, **kwargs):
+        clock.now += 0.2 * tokens.shape[0]
+        return forward(tokens, *args, **kwargs)
+
+    model.conditional_logits = timed
+    return model
+
+
+def batch() -> torch.Tensor:
+    tokens = torch.randint(5, 24, (4, 8), generator=torch.Generator().manual_seed(0))
+    tokens[:, 0], tokens[:, -1] = 1, 2
+    return tokens
+
+
+def loop(scheduled: ScheduledProbe, denoiser, clock: Clock, steps: int, step_seconds: float) -> list[dict]:
+    """``steps`` optimizer steps of ``step_seconds`` each, the probe asked at every one."""
+    logged = []
+    for step in range(1, steps + 1):
+        clock.now += step_seconds
+        scheduled.capture(batch())
+        if scheduled.due(step):
+            metrics = scheduled.run(denoiser.model, denoiser, stage="train")
+            if metrics is not None:
+                logged.append(metrics)
+    return logged
+
+
+@pytest.mark.parametrize("fraction", [0.01, 0.05, 0.2])
+def test_the_diagnostics_stay_within_the_requested_fraction_of_the_loop(clock, denoiser, fraction):
+    scheduled = ScheduledProbe(Costly(clock, cost=2.0), every_n_steps=1, overhead=fraction)
+    scheduled.prepare(denoiser.model, denoiser)
+    logged = loop(scheduled, denoiser, clock, steps=4000, step_seconds=0.5)
+    # every run starts only when spent + cost <= fraction * loop, so the realised fraction never exceeds it ...
+    realised = [m["costly/train/overhead"] for m in logged]
+    assert max(realised) <= fraction + 1e-12
+    # ... and a run happens as soon as it fits: at the end the realised fraction is within one run's cost of it
+    # (2 s over 2000 s of loop: 0.001), i.e. within 20 % of every fraction asked here
+    assert scheduled.seconds_used / scheduled.loop_seconds == pytest.approx(fraction, abs=2.0 / 2000 + 1e-9)
+    assert scheduled.loop_seconds == pytest.approx(2000.0)  # the runs' own seconds are not the loop's
+    assert scheduled.runs + scheduled.skipped_runs == 4000 and scheduled.skipped_runs > 0
+    skipped = [m["costly/train/skipped_runs"] for m in logged]  # logged with each run: the count so far
+    assert skipped == sorted(skipped) and 0 < skipped[-1] <= scheduled.skipped_runs
+
+
+def test_without_a_cap_every_due_run_happens(clock, denoiser):
+    scheduled = ScheduledProbe(Costly(clock, cost=2.0), every_n_steps=3, overhead=None)
+    scheduled.prepare(denoiser.model, denoiser)
+    logged = loop(scheduled, denoiser, clock, steps=30, step_seconds=0.5)
+    assert len(logged) == scheduled.runs == 10 and scheduled.skipped_runs == 0
+    assert logged[-1]["costly/train/overhead"] == pytest.approx(20.0 / 15.0)  # realised, reported even uncapped
+
+
+def test_the_first_run_is_budgeted_from_the_setup_estimate(clock, denoiser):
+    scheduled = ScheduledProbe(Costly(clock, cost=2.0), every_n_steps=1, overhead=0.05)
+    scheduled.prepare(denoiser.model, denoiser)
+    # one timed forward of num_starts rows: per-row seconds x the probe's 10 forward rows
+    assert scheduled.estimate == pytest.approx(10 * 0.2)
+    assert scheduled.estimate_line == ("Costly: at most 10 forward rows per run, about 2 s here; at overhead=0.05 a "
+                                       "run needs about 40 s of the loop's own time")
+    logged = loop(scheduled, denoiser, clock, steps=100, step_seconds=0.5)
+    # the first run fits at step 80 (2 s of 40 s of loop), the next one not before step 160
+    assert len(logged) == 1 and logged[0]["costly/train/skipped_runs"] == 79 and scheduled.skipped_runs == 99
+    assert logged[0]["costly/train/overhead"] == pytest.approx(0.05)
+
+
+def test_a_failing_run_is_counted_warned_once_and_the_loop_goes_on(clock, denoiser):
+    probe = Costly(clock, cost=0.1, error=ValueError("q: rows must sum to 1"))
+    scheduled = ScheduledProbe(probe, every_n_steps=1, overhead=None)
+    scheduled.prepare(denoiser.model, denoiser)
+    state = torch.random.get_rng_state()
+    with pytest.warns(RuntimeWarning, match=r"failed and was skipped.*ValueError: q: rows must sum to 1") as caught:
+        logged = loop(scheduled, denoiser, clock, steps=3, step_seconds=1.0)
+    assert len([w for w in caught if "failed" in str(w.message)]) == 1  # once per cause, not once per run
+    assert [m["costly/train/failed_runs"] for m in logged] == [1.0, 2.0, 3.0]
+    assert all("costly/train/value" not in m for m in logged) and scheduled.runs == 0
+    assert torch.equal(torch.random.get_rng_state(), state) and denoiser.model.training
+    probe.error = None  # the model recovers: the next due run measures again
+    assert "costly/train/value" in loop(scheduled, denoiser, clock, steps=1, step_seconds=1.0)[0]
+
+
+def test_strict_reraises_and_a_broken_weights_context_always_raises(clock, denoiser):
+    strict = ScheduledProbe(Costly(clock, 0.1, error=RuntimeError("CUDA out of memory")), every_n_steps=1,
+                            overhead=None, strict=True)
+    strict.prepare(denoiser.model, denoiser)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        loop(strict, denoiser, clock, steps=1, step_seconds=1.0)
+
+    class Leaky:
+        def __init__(self, module):
+            self.module = module
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            with torch.no_grad():
+                next(self.module.parameters()).add_(1.0)  # "restores" other weights than it found
+
+    lenient = ScheduledProbe(Costly(clock, 0.1), every_n_steps=1, overhead=None, weights=Leaky)
+    lenient.prepare(denoiser.model, denoiser)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # not swallowed as a failed run
+        with pytest.raises(WeightsNotRestored, match="weights: the context of Costly"):
+            loop(lenient, denoiser, clock, steps=1, step_seconds=1.0)
+    with torch.no_grad():
+        next(denoiser.model.parameters()).sub_(1.0)
+
+
+@pytest.mark.parametrize("overhead", [0, -0.1, 1.5, "5%", True])
+def test_overhead_must_be_a_fraction(clock, overhead):
+    with pytest.raises(ValueError, match="overhead must be a fraction"):
+        ScheduledProbe(Costly(clock, 1.0), overhead=overhead)
+
+
+def test_failures_skips_and_the_loop_clock_survive_a_checkpoint(clock, denoiser):
+    scheduled = ScheduledProbe(Costly(clock, cost=2.0), every_n_steps=1, overhead=0.1)
+    scheduled.prepare(denoiser.model, denoiser)
+    loop(scheduled, denoiser, clock, steps=100, step_seconds=0.5)
+    restored = ScheduledProbe(Costly(clock, cost=2.0), every_n_steps=1, overhead=0.1)
+    restored.load_state_dict(scheduled.state_dict())
+    assert (restored.loop_seconds, restored.seconds_used, restored.skipped_runs, restored.runs, restored.estimate) == (
+        scheduled.loop_seconds, scheduled.seconds_used, scheduled.skipped_runs, scheduled.runs, scheduled.estimate)
