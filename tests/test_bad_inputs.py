@@ -25,7 +25,10 @@ from mlm_dynamics import (
 )
 from mlm_dynamics.callbacks import InfluenceProbe, MixingDiagnostics, RectangleTest, SemanticDrift, TrapDetector
 from mlm_dynamics.cli import main
-from mlm_dynamics.experiments.checkpoint import MAGIC
+from mlm_dynamics.experiments.checkpoint import MAGIC, _digest
+from mlm_dynamics.integrations.wandb import workspace
+from mlm_dynamics.probes import RectangleProbe, ScheduledProbe
+from mlm_dynamics.probes.starts import batch_rows
 from mlm_dynamics.sampling import ChainState, ReplicaExchange, check_temperature, maximal_coupling, tempered_log_probs
 
 QUICK = ["--set", "model.num_layers=1", "--set", "chains.num_chains=2", "--set", "temperatures=[1.0, 2.0]",
@@ -87,14 +90,13 @@ def checkpoint_with(payload_change: str, job: str) -> Callable[[Path], list[str]
         name = "checkpoint.pt" if job == "run" else "sweep-checkpoint.pt"
         raw = (out / name).read_bytes()
         header = json.loads(raw[len(MAGIC):].partition(b"\n")[0])
-        import hashlib
         import io
 
         payload = {"something": torch.zeros(2)} if payload_change == "other keys" else {"groups": [{"pairs": 1}]}
         buffer = io.BytesIO()
         torch.save(payload, buffer)
         data = buffer.getvalue()
-        header["sha256"] = hashlib.sha256(data).hexdigest()
+        header["sha256"] = _digest(header["fingerprint"], header["step"], data)
         (out / name).write_bytes(MAGIC + json.dumps(header).encode() + b"\n" + data)
         return [*arguments[1:], "--resume"]
     return setup
@@ -136,6 +138,13 @@ def unreadable_config(root: Path, monkeypatch) -> list[str]:
 
     monkeypatch.setattr(Path, "read_bytes", refuse)
     return ["--config", str(root / "config.yaml")]
+
+
+def fewer_steps(root: Path) -> list[str]:
+    """A run checkpointed at step 2, resumed with a budget of 1 step."""
+    quick = [item.replace("run.num_steps=2", "run.num_steps=1") for item in QUICK]
+    assert main(["run", "--out", str(root / "out"), *QUICK, "--set", "run.checkpoint_every=2"]) == 0
+    return [*quick, "--set", "run.checkpoint_every=2", "--resume"]
 
 
 # (id, command, arguments or a setup(tmp_path) -> arguments, text the error must contain, needs antiberty)
@@ -222,6 +231,8 @@ CLI_CASES = [
      "context.window_center", True),
     ("sweep grid longer than the sequence", "sweep", [*ANTIBERTY_SWEEP, "--set", "grid.lengths=[500]"],
      "grid.lengths", True),
+    ("a mapping set to a number", "run", ["--set", "sampler=3"], "sampler must be a mapping", False),
+    ("resume with fewer steps", "run", fewer_steps, "run.num_steps: 1 is below step 2", True),
     ("semantics --resume", "semantics", ["--resume"], "--resume", False),
     ("rectangle-table --resume", "rectangle-table", ["--resume"], "--resume", False),
 ]
@@ -247,6 +258,74 @@ def test_bad_command_lines_end_in_one_line_naming_the_parameter(tmp_path, capsys
     lines = capsys.readouterr().err.strip().splitlines()
     assert code == 2, lines
     assert len(lines) == 1 and lines[0].startswith("mlm-dynamics: error:") and message in lines[0], lines
+
+
+@pytest.mark.parametrize("name", ["", "some/missing.yaml", "DIR", "binary.yaml", "sweep-isin"])
+def test_presets_refuses_what_is_not_a_preset_in_one_line(tmp_path, capsys, monkeypatch, name):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "DIR").mkdir()
+    (tmp_path / "binary.yaml").write_bytes(bytes(range(256)))
+    assert main(["presets", name]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and f"presets: {name!r} is not a packaged preset" in lines[0] and "sweep-ising" in lines[0]
+
+
+def _csv_run(root: Path, text: str) -> Path:
+    (root / "logs" / "version_0").mkdir(parents=True)
+    (root / "logs" / "version_0" / "metrics.csv").write_text(text)
+    return root / "logs"
+
+
+def _unreadable_csv(root: Path, monkeypatch) -> Path:
+    folder = _csv_run(root, "step,mixing/train/censored_fraction\n1,0.5\n")
+    real = Path.read_text
+
+    def refuse(self, *args, **kwargs):
+        if self.name == "metrics.csv":
+            raise PermissionError(13, "Permission denied")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", refuse)
+    return folder
+
+
+def _wandb_with_bad_record(root: Path, monkeypatch) -> Path:
+    """A .wandb file whose one chunk passes its checksum but does not decode as a Record."""
+    import struct
+    import zlib
+
+    data = b"\xff\xff\xff"  # a truncated varint: protobuf's DecodeError
+    chunk = struct.pack("<IHB", zlib.crc32(bytes([1]) + data), len(data), 1) + data
+    folder = root / "wandb" / "offline-run-1"
+    folder.mkdir(parents=True)
+    (folder / "run-1.wandb").write_bytes(b":W&B" + bytes([0xCE, 0xC0, 0x00]) + chunk)
+    return root / "wandb"
+
+
+@pytest.mark.parametrize(("setup", "message"), [
+    (lambda root, mp: _csv_run(root, ""), "line 1: not a metrics log"),
+    (lambda root, mp: _csv_run(root, "step,mixing/train/censored_fraction\n1,0.5\n2,0.6"), "ends inside a line"),
+    (lambda root, mp: _csv_run(root, "step,mixing/train/censored_fraction\n1,zero\n"), "line 2: column"),
+    (lambda root, mp: _csv_run(root, "step,loss\n1,0.5\n"), "no diagnostics keys found in"),
+    (_unreadable_csv, "metrics.csv: cannot be read (Permission denied)"),
+    (_wandb_with_bad_record, "record 0 is not a W&B record"),
+], ids=["empty csv", "csv cut in a number", "csv text cell", "no diagnostics keys", "unreadable csv",
+        "undecodable W&B record"])
+def test_report_refuses_damaged_logs_in_one_line(tmp_path, capsys, monkeypatch, setup, message):
+    folder = setup(tmp_path, monkeypatch)
+    assert main(["report", str(folder), "--out", str(tmp_path / "report")]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("mlm-dynamics: error:") and message in lines[0], lines
+
+
+def test_more_devices_than_cores_warns(tmp_path, capsys, monkeypatch):
+    import mlm_dynamics.launch as launch
+
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    monkeypatch.setattr(launch, "run_sweep_sharded", lambda *args, **kwargs: None)  # (a non-merging rank's end)
+    assert main(["sweep", "--out", str(tmp_path / "out"), "--devices", "999", *TOY_SWEEP]) == 0
+    assert "--devices 999 is above this machine's 2 CPU cores" in capsys.readouterr().err
 
 
 def test_an_unreadable_config_names_it(tmp_path, capsys, monkeypatch):
@@ -297,6 +376,31 @@ def test_a_checkpoint_write_that_hits_a_file_size_limit_names_the_file(tmp_path)
 # library calls: (id, callable, exception type, text the message must contain)
 def _mrf():
     return PairwiseMRFDenoiser.random(3, 3, generator=0)
+
+
+def _chain_state() -> dict:
+    return GlauberSampler(_mrf()).init_state(torch.zeros(1, 3, dtype=torch.long), generator=0).state_dict()
+
+
+def _hf_callback(**kwargs):
+    pytest.importorskip("accelerate", reason="the Hugging Face Trainer needs accelerate (the hf extra)")
+    from mlm_dynamics.integrations.transformers import DiagnosticsCallback
+
+    return DiagnosticsCallback(**kwargs)
+
+
+def _hf_model(kind: str):
+    """(model, tokenizer): a tiny sequence classifier, or a masked LM with a tokenizer whose mask token is unset."""
+    from transformers import BertConfig, BertForMaskedLM, BertForSequenceClassification, BertTokenizer
+
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"]
+    tokenizer = BertTokenizer(vocab={w: i for i, w in enumerate(words)})
+    config = BertConfig(vocab_size=7, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=8)
+    if kind == "classifier":
+        return BertForSequenceClassification(config), tokenizer
+    tokenizer.mask_token = None
+    return BertForMaskedLM(config), tokenizer
 
 
 ALLOWED = torch.ones(2, dtype=torch.bool)
@@ -362,6 +466,33 @@ LIBRARY_CASES = [
     ("every_n_train_steps 0", lambda: RectangleTest(every_n_train_steps=0), ValueError, "every_n_train_steps"),
     ("topic threshold 2", lambda: TrapDetector(topic_threshold=2.0), ValueError, "topic_threshold"),
     ("float start tokens", lambda: TrapDetector(start_tokens=torch.zeros(2, 3)), ValueError, "start_tokens"),
+    ("mask id beyond the vocabulary", lambda: VocabInfo(size=3, mask_id=7), ValueError, "VocabInfo.mask_id"),
+    ("chain state of float tokens", lambda: ChainState.from_state_dict({**_chain_state(), "tokens": torch.zeros(1, 3)}),
+     ValueError, r"state\['tokens'\] must be an int64 tensor"),
+    ("chain state with a foreign rng", lambda: ChainState.from_state_dict(
+        {**_chain_state(), "rng": torch.zeros(5, dtype=torch.uint8)}), ValueError, "not a CPU generator state"),
+    ("chain state at step -1", lambda: ChainState.from_state_dict({**_chain_state(), "step": -1}), ValueError,
+     r"state\['step'\]"),
+    ("chain state with sites past the end", lambda: ChainState.from_state_dict(
+        {**_chain_state(), "sites": torch.tensor([[0, 9]])}), ValueError, r"state\['sites'\]"),
+    ("chain state that is a list", lambda: ChainState.from_state_dict([1, 2]), ValueError, "a chain state needs"),
+    ("1-D batch", lambda: batch_rows(torch.arange(10), 4), ValueError, r"batch: token ids must be an integer tensor"),
+    ("float input_ids", lambda: batch_rows({"input_ids": torch.rand(2, 5) * 9}, 4), ValueError,
+     r"batch\['input_ids'\]: token ids must be an integer"),
+    ("a 1-D batch with strict=True", lambda: ScheduledProbe(RectangleProbe(), strict=True).capture(torch.arange(9)),
+     ValueError, "token ids must be an integer"),
+    ("overhead 5 %", lambda: ScheduledProbe(RectangleProbe(), overhead=5), ValueError, "overhead must be a fraction"),
+    ("workspace prefix None", lambda: workspace("e", "p", prefix=None), ValueError, "prefix must be a string"),
+    ("workspace without entity", lambda: workspace("", ""), ValueError, "entity must be a non-empty string"),
+    ("workspace stage TRAIN", lambda: workspace("e", "p", stage="TRAIN"), ValueError, "stage must be one of"),
+    ("workspace x empty", lambda: workspace("e", "p", x=""), ValueError, "x must be a non-empty string"),
+    ("HF callback every 0 steps", lambda: _hf_callback(every_n_steps=0), ValueError, "every_n_steps must be"),
+    ("HF callback probes by name", lambda: _hf_callback(probes=["mixing"]), ValueError,
+     "probes must be Probe objects"),
+    ("HF callback on a sequence classifier", lambda: _hf_callback().build_denoiser(*_hf_model("classifier")),
+     ValueError, "BertForSequenceClassification, which gives no masked-token conditionals"),
+    ("HF callback with a tokenizer without mask", lambda: _hf_callback().build_denoiser(*_hf_model("no mask")),
+     ValueError, r"the tokenizer \(BertTokenizer\) defines no mask token"),
     ("flat start tokens", lambda: TrapDetector(start_tokens=[1, 2, 3]), ValueError, "start_tokens"),
 ]
 

@@ -11,7 +11,7 @@ import torch
 
 from mlm_dynamics.cli import main
 from mlm_dynamics.experiments import CheckpointError, OutputLock, load_checkpoint, save_checkpoint
-from mlm_dynamics.experiments.checkpoint import MAGIC, fingerprint
+from mlm_dynamics.experiments.checkpoint import MAGIC, _digest, fingerprint
 from mlm_dynamics.models import PairwiseMRFDenoiser
 from mlm_dynamics.sampling import ChainState, GlauberSampler
 
@@ -90,15 +90,22 @@ def test_corruption_foreign_runs_and_pickled_code_are_refused(tmp_path):
     with pytest.raises(CheckpointError, match="corrupted"):
         load_checkpoint(path, fingerprints=prints)
     save_checkpoint(path, {"tokens": torch.arange(100)}, fingerprints=prints, step=7)
+    edited = path.read_bytes().replace(b'"step": 7', b'"step": 5')  # the loop counter a resume continues from
+    assert edited != path.read_bytes()
+    path.write_bytes(edited)
+    with pytest.raises(CheckpointError, match="corrupted: its header and content"):
+        load_checkpoint(path, fingerprints=prints)
+    path.write_bytes(b"MLMDYN-CHECKPOINT 1\n" + edited[len(MAGIC):])
+    with pytest.raises(CheckpointError, match="format 1"):
+        load_checkpoint(path, fingerprints=prints)
+    save_checkpoint(path, {"tokens": torch.arange(100)}, fingerprints=prints, step=7)
     with pytest.raises(CheckpointError, match="start_state"):
         load_checkpoint(path, fingerprints={**prints, "start_state": fingerprint([torch.arange(4)])})
     # a well-formed file whose payload carries a pickled callable: refused, never unpickled into code
     buffer = io.BytesIO()
     torch.save({"hook": os.system}, buffer)
     data = buffer.getvalue()
-    import hashlib
-
-    header = json.dumps({"sha256": hashlib.sha256(data).hexdigest(), "fingerprint": prints, "step": 1})
+    header = json.dumps({"sha256": _digest(prints, 1, data), "fingerprint": prints, "step": 1})
     path.write_bytes(MAGIC + header.encode() + b"\n" + data)
     with pytest.raises(CheckpointError, match="could run code"):
         load_checkpoint(path, fingerprints=prints)

@@ -21,7 +21,7 @@ import torch
 
 from .experiments import ConfigError, OutputLock, RunConfig, RunInterrupted, load_config, run_chains
 from .experiments.checkpoint import checkpoint_step
-from .experiments.config import PRESETS, field_default, presets, resolve_config
+from .experiments.config import PRESETS, field_default, presets
 from .experiments.rectangles import RectangleTableConfig, run_rectangle_table
 from .experiments.semantics import CaseStudyConfig, run_case_study
 from .experiments.sweep import SweepConfig, run_sweep
@@ -126,6 +126,8 @@ def parser() -> argparse.ArgumentParser:
     history = commands.add_parser("report", help="the mixing history of a training run, from its logs (Lightning CSV,"
                                                  " TensorBoard event files or an offline W&B run): report.html")
     history.add_argument("logdir", type=Path, help="the run's log directory")
+    history.add_argument("--run", default=None,
+                         help="the run to read when LOGDIR holds several (its folder, as the error lists them)")
     history.add_argument("--out", type=out_path, default=None,
                          help="output directory (default: LOGDIR/mlm-dynamics-report)")
     return root
@@ -134,7 +136,11 @@ def parser() -> argparse.ArgumentParser:
 def presets_text(name: str | None) -> str:
     """The presets, one line each (name, job, what it runs), or the YAML of preset ``name``."""
     if name is not None:
-        return resolve_config(name).read_text(encoding="utf-8")
+        known = presets()
+        if Path(name).parent != Path(".") or name.removesuffix(".yaml") not in known:
+            raise ConfigError(f"presets: {name!r} is not a packaged preset (presets: {', '.join(known)}); a config "
+                              "file of your own is checked by running its job with --config FILE")
+        return (PRESETS / f"{name.removesuffix('.yaml')}.yaml").read_text(encoding="utf-8")
     lines = []
     for preset, job in presets().items():
         text = (PRESETS / f"{preset}.yaml").read_text(encoding="utf-8").splitlines()
@@ -192,13 +198,16 @@ def _history(args: argparse.Namespace) -> int:
     """``mlm-dynamics report LOGDIR``: read the logs, write the history report, print where it is."""
     out = args.out if args.out is not None else args.logdir / "mlm-dynamics-report"
     try:
-        run = read_logs(args.logdir)
+        run = read_logs(args.logdir, run=args.run)
         check_out_dir(out)
         report = write_history_report(run, out, f"mlm_dynamics: mixing history of {args.logdir.name}")
     except ValueError as error:  # ConfigError too
         print(f"mlm-dynamics: error: {one_line(str(error))}", file=sys.stderr)
         return 2
     print("\n".join(findings(report)))
+    for note in run.notes:
+        print(f"note: {note}")
+    print(f"read: run {report['run']} ({run.source}): {', '.join(run.files)}")
     print(f"report: {out / 'report.html'}")
     return 0
 
@@ -219,6 +228,10 @@ def _run_job(args: argparse.Namespace, config: Any) -> str | None:
         return semantics_summary(studied)
     if args.devices < 1 or args.num_nodes < 1:
         raise ConfigError(f"--devices and --num-nodes must be >= 1, got {args.devices}, {args.num_nodes}")
+    cores = os.cpu_count() or 1
+    if args.devices > cores and not torch.cuda.is_available():
+        print(f"mlm-dynamics: warning: --devices {args.devices} is above this machine's {cores} CPU cores: the "
+              "processes share them and the sweep is slower, not faster", file=sys.stderr)
     if args.devices > 1 or args.num_nodes > 1:
         from .launch import run_sweep_sharded  # Lightning is loaded only to launch processes
 

@@ -1,7 +1,9 @@
 """Checkpoints that survive kills and bad disks, cannot run code, and refuse to resume the wrong run.
 
-File format: the magic line ``MLMDYN-CHECKPOINT 1``, one JSON header line ``{"sha256", "fingerprint", "step"}``,
-then a ``torch.save`` payload of tensors and plain containers. Writing goes to a temporary file in the same
+File format: the magic line ``MLMDYN-CHECKPOINT 2``, one JSON header line ``{"sha256", "fingerprint", "step"}``,
+then a ``torch.save`` payload of tensors and plain containers. The SHA-256 covers everything that drives the resumed
+computation: the header's fingerprints and step (canonical JSON) and the payload, so an edited step is refused like
+an edited payload. Writing goes to a temporary file in the same
 directory, is flushed and fsynced, then renamed over the old checkpoint (``os.replace`` is atomic), so a kill at
 any moment leaves either the previous or the new checkpoint, never a truncated one. Loading verifies the SHA-256 of
 the payload and the fingerprint (config and start state) before unpickling with ``weights_only=True``: tensors,
@@ -27,7 +29,8 @@ import torch
 
 from .._io import atomic_write
 
-MAGIC = b"MLMDYN-CHECKPOINT 1\n"
+MAGIC = b"MLMDYN-CHECKPOINT 2\n"
+OLD_MAGIC = b"MLMDYN-CHECKPOINT 1\n"  # format 1: its checksum left the header out
 
 
 class CheckpointError(ValueError):
@@ -63,7 +66,7 @@ def save_checkpoint(path: Path, payload: dict[str, Any], *, fingerprints: dict[s
     buffer = io.BytesIO()
     torch.save(payload, buffer)
     data = buffer.getvalue()
-    header = json.dumps({"sha256": hashlib.sha256(data).hexdigest(), "fingerprint": fingerprints, "step": step})
+    header = json.dumps({"sha256": _digest(fingerprints, step, data), "fingerprint": fingerprints, "step": step})
     try:
         atomic_write(path, MAGIC + header.encode() + b"\n" + data)
     except OSError as error:  # a full disk, a file-size limit: the previous checkpoint is untouched
@@ -71,6 +74,12 @@ def save_checkpoint(path: Path, payload: dict[str, Any], *, fingerprints: dict[s
                               "the previous checkpoint, if any, is kept") from None
     for stale in path.parent.glob(f".{path.name}.*.tmp"):  # torn writes of killed runs (the lock is ours)
         stale.unlink(missing_ok=True)
+
+
+def _digest(fingerprints: dict[str, str], step: int, data: bytes) -> str:
+    """SHA-256 of the header's fields (canonical JSON) and the payload: what a resume reads, all of it."""
+    covered = json.dumps({"fingerprint": fingerprints, "step": step}, sort_keys=True).encode()
+    return hashlib.sha256(covered + b"\n" + data).hexdigest()
 
 
 @contextmanager
@@ -91,6 +100,9 @@ def load_checkpoint(path: Path, *, fingerprints: dict[str, str], map_location: t
         raise CheckpointError(f"--resume: no checkpoint at {path}" if not path.exists() else
                               f"--resume: {path} is not a file")
     raw = path.read_bytes()
+    if raw.startswith(OLD_MAGIC):
+        raise CheckpointError(f"checkpoint {path} was written by an earlier mlm_dynamics (format 1, whose checksum "
+                              "does not cover its header) and cannot be resumed safely; start the run again")
     if not raw.startswith(MAGIC):
         raise CheckpointError(f"checkpoint {path} is not an mlm_dynamics checkpoint (empty, truncated or foreign)")
     header_line, separator, data = raw[len(MAGIC):].partition(b"\n")
@@ -99,9 +111,9 @@ def load_checkpoint(path: Path, *, fingerprints: dict[str, str], map_location: t
         expected_hash, saved, step = header["sha256"], header["fingerprint"], int(header["step"])
     except (ValueError, KeyError, TypeError) as error:
         raise CheckpointError(f"checkpoint {path} has a damaged header: {error}") from None
-    if not separator or hashlib.sha256(data).hexdigest() != expected_hash:
-        raise CheckpointError(f"checkpoint {path} is corrupted: its content does not match the SHA-256 stored in "
-                              "its header (truncated write or changed bytes)")
+    if not separator or not isinstance(saved, dict) or _digest(saved, step, data) != expected_hash:
+        raise CheckpointError(f"checkpoint {path} is corrupted: its header and content do not match the SHA-256 "
+                              "stored in its header (truncated write or changed bytes)")
     differing = sorted(key for key in set(saved) | set(fingerprints) if saved.get(key) != fingerprints.get(key))
     if differing:
         raise CheckpointError(f"checkpoint {path} belongs to a different run: {', '.join(differing)} differ from "

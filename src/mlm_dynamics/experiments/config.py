@@ -21,7 +21,7 @@ from typing import Any, ClassVar, TypeVar
 
 import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import OmegaConfBaseException, ValidationError
 
 from ..sampling.glauber import SCAN_ORDERS
 from ..sampling.grid import START_KINDS
@@ -525,12 +525,14 @@ def load_config(schema: type[ConfigT], path: str | Path | None = None, overrides
 
 
 def _merge(merged: DictConfig, other: Any, where: str) -> DictConfig:
-    """``OmegaConf.merge``, with a mapping given for a list (or the reverse) refused by the key's name: OmegaConf
-    raises a bare TypeError there."""
+    """``OmegaConf.merge``, with a mapping given for a list or a single value (or the reverse) refused by the key's
+    name: OmegaConf raises a bare TypeError or a "Merge error" that does not name it there."""
     try:
         return OmegaConf.merge(merged, other)  # type: ignore[return-value]
-    except TypeError:
+    except (TypeError, ValidationError):
         key, wanted = _container_mismatch(merged, other)
+        if not key:
+            raise
         raise ConfigError(f"{where}: {key} must be a {wanted}") from None
 
 

@@ -145,11 +145,12 @@ def run_chains(config: RunConfig, out_dir: Path | None = None, *, resume: bool =
     trajectory = _Trajectory(None if out_dir is None else out_dir / "trajectory.csv")
     if resume:
         assert checkpoint_path is not None and out_dir is not None
-        saved, _ = load_checkpoint(checkpoint_path, fingerprints=fingerprints, map_location=tokens.device)
+        saved, saved_step = load_checkpoint(checkpoint_path, fingerprints=fingerprints, map_location=tokens.device)
+        if saved_step > num_steps:
+            raise ConfigError(f"run.num_steps: {num_steps} is below step {saved_step}, where the checkpoint "
+                              f"{checkpoint_path} stopped; resume with run.num_steps >= {saved_step}")
         with restoring(checkpoint_path):
             state, progress = ChainState.from_state_dict(saved["chains"], tokens.device), saved["progress"]
-            if state.step > num_steps:
-                raise ValueError(f"run.num_steps {num_steps} is below the checkpoint's step {state.step}")
             trajectory.resume(int(progress["trajectory_bytes"]))
             if watch is not None:
                 watch.resume(progress["semantics"], out_dir / "semantics.bin")

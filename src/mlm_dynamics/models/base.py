@@ -49,6 +49,9 @@ class VocabInfo:
     def __post_init__(self) -> None:
         if self.size < 2:
             raise ValueError(f"VocabInfo.size must be >= 2, got {self.size}")
+        if self.mask_id is not None and not 0 <= self.mask_id < self.size:
+            raise ValueError(f"VocabInfo.mask_id must lie in [0, {self.size}) (the model's logits cover the ids "
+                             f"below size), got {self.mask_id}")
         for name in ("forbidden_ids", "frame_ids"):
             ids = getattr(self, name)
             if any(not 0 <= i < self.size for i in ids):

@@ -49,8 +49,9 @@ def matching(run: LoggedRun, template: str) -> list[str]:
 
 
 def history_report(run: LoggedRun) -> dict[str, Any]:
-    """JSON-ready: the log ``source``, every series (``scalars``: key -> ``[[step, value], ...]``), and per headline
-    key its first and last logged value with their steps, its minimum, maximum and number of runs."""
+    """JSON-ready: the log ``source``, the ``run`` read, its ``files`` and ``notes`` (what was read past), every
+    series (``scalars``: key -> ``[[step, value], ...]``), and per headline key its first and last logged value with
+    their steps, its minimum, maximum and number of runs."""
     headline = []
     for template in HEADLINE:
         for key in matching(run, template):
@@ -58,7 +59,8 @@ def history_report(run: LoggedRun) -> dict[str, Any]:
             values = [value for _, value in series]
             headline.append({"metric": key, "first": values[0], "first_step": series[0][0], "last": values[-1],
                              "last_step": series[-1][0], "min": min(values), "max": max(values), "runs": len(values)})
-    return {"source": run.source, "headline": headline,
+    return {"source": run.source, "run": run.name or ".", "files": run.files, "notes": run.notes,
+            "headline": headline,
             "scalars": {key: [list(point) for point in series] for key, series in run.scalars.items()}}
 
 
@@ -113,7 +115,10 @@ def write_history_report(run: LoggedRun, out_dir: Path, title: str) -> dict[str,
     write_figures(out_dir, drawn)
     table = [{"metric": row["metric"], "first": row["first"], "at step": row["first_step"], "last": row["last"],
               "at step ": row["last_step"], "runs": row["runs"]} for row in report["headline"]]
-    sections = [Section("What the run found", paragraphs=[html.escape(line) for line in findings(report)]),
+    read = (f"Read the {html.escape(run.source)} log of run <code>{html.escape(report['run'])}</code> from "
+            + ", ".join(f"<code>{html.escape(file)}</code>" for file in run.files) + ".")
+    sections = [Section("What the run found", paragraphs=[*(html.escape(line) for line in findings(report)), read,
+                                                          *(html.escape(note) for note in run.notes)]),
                 Section("Key figures", tables=[("first and last value of each headline quantity", table)])]
     names = {stem: name for name in SECTIONS for stem in [name.lower().replace(" ", "-")]}
     sections += [Section(names[stem], figures=[(figure, f"{names[stem]} over training ({run.source} log)")])
@@ -123,7 +128,7 @@ def write_history_report(run: LoggedRun, out_dir: Path, title: str) -> dict[str,
                          f'{base64.b64encode(data).decode()}"><figcaption>{html.escape(tag)} (latest)</figcaption>'
                          "</figure>" for tag, data in sorted(run.images.items()))
         sections.append(Section("Latest logged figures", paragraphs=[images]))
-    write_text(out_dir / "report.html", render_html(title, sections, {"source": run.source}))
+    write_text(out_dir / "report.html", render_html(title, sections, {"source": run.source, "run": report["run"]}))
     write_json(out_dir / "history.json", report)
     return report
 

@@ -115,16 +115,15 @@ class ChainState:
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any], device: torch.device | str | None = None) -> ChainState:
-        """A state from :meth:`state_dict`, on ``device``."""
-        missing = sorted({"tokens", "sites", "step", "rng"} - set(state)) if isinstance(state, dict) else ["tokens"]
-        if missing:
-            raise ValueError(f"state: a chain state needs {missing} (saved by another version, or not a chain state)")
         """Restore chains, on ``device`` (default: where the tokens are).
 
         On the device type the state was saved from, the random stream continues bit-identically. Generators of
         different device types have different states (CPU and CUDA streams differ anyway), so moving chains to
-        another device type re-seeds the stream from the saved state, deterministically, with a warning.
+        another device type re-seeds the stream from the saved state, deterministically, with a warning. A state
+        that is not one (missing keys, tensors of the wrong kind or shape, a random state that does not load) is a
+        ValueError naming what is wrong.
         """
+        check_chain_state(state)
         tokens = state["tokens"].to(device) if device is not None else state["tokens"]
         generator = torch.Generator(device=tokens.device)
         if state.get("rng_device", tokens.device.type) == tokens.device.type:
@@ -139,6 +138,38 @@ class ChainState:
                  for k in ("order", "energy", "counts", "streams", "attention_mask")}
         return cls(tokens=tokens.clone(), sites=state["sites"].to(tokens.device).clone(), generator=generator,
                    step=int(state["step"]), **moved)
+
+
+def check_chain_state(state: Any) -> None:
+    """A ValueError naming the first thing that keeps ``state`` from being a :meth:`ChainState.state_dict`."""
+    missing = sorted({"tokens", "sites", "step", "rng"} - set(state)) if isinstance(state, dict) else ["tokens"]
+    if missing:
+        raise ValueError(f"state: a chain state needs {missing} (saved by another version, or not a chain state)")
+    tokens, sites = state["tokens"], state["sites"]
+    for name, value in (("tokens", tokens), ("sites", sites)):
+        if not isinstance(value, Tensor) or value.dim() != 2 or value.dtype != torch.long:
+            raise ValueError(f"state[{name!r}] must be an int64 tensor [B, ...], got "
+                             f"{getattr(value, 'dtype', type(value).__name__)} {tuple(getattr(value, 'shape', ()))}")
+    if sites.shape[0] != tokens.shape[0] or (sites.numel() and not 0 <= int(sites.min()) <= int(sites.max())
+                                             < tokens.shape[1]):
+        raise ValueError(f"state['sites'] must be positions of the {tokens.shape[0]} rows of tokens of length "
+                         f"{tokens.shape[1]}, got shape {tuple(sites.shape)}")
+    if isinstance(state["step"], bool) or not isinstance(state["step"], int) or state["step"] < 0:
+        raise ValueError(f"state['step'] must be an integer >= 0, got {state['step']!r}")
+    rng = state["rng"]
+    if not isinstance(rng, Tensor) or rng.dtype != torch.uint8:
+        raise ValueError(f"state['rng'] must be a generator state (a uint8 tensor), got "
+                         f"{getattr(rng, 'dtype', type(rng).__name__)}")
+    if state.get("rng_device", "cpu") == "cpu":
+        try:
+            torch.Generator().set_state(rng.cpu())
+        except RuntimeError as error:
+            raise ValueError(f"state['rng'] is not a CPU generator state ({error})") from None
+    for name in ("order", "energy", "counts", "streams", "attention_mask"):
+        value = state.get(name)
+        if value is not None and (not isinstance(value, Tensor) or value.shape[:1] != tokens.shape[:1]):
+            raise ValueError(f"state[{name!r}] must be None or a tensor with one entry per row ({tokens.shape[0]}), "
+                             f"got {getattr(value, 'shape', type(value).__name__)}")
 
 
 def check_streams(streams: Tensor, batch: int) -> Tensor:
