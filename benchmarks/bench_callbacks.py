@@ -15,8 +15,9 @@ batch 16 x 128; ``--preset tiny`` the 2 x 64 model of earlier figures.
 
 ``--realised F [F ...]``: the budget the user sets. For each fraction F, a fit of about ``--seconds`` seconds of bare
 training with the three callbacks due at every step and ``overhead=F/3`` each (so F in all), against the same fit
-bare, alternating: realised overhead = (attached fit's step seconds - bare fit's) / bare fit's, measured from the
-outside, next to the callbacks' own account (their seconds over the loop's). The same for the Hugging Face Trainer
+bare, before and after: realised overhead = (attached fit's step seconds - bare fits') / bare fits', measured from
+the outside in wall and CPU seconds (a shared machine's noise floor: the two bare fits' difference), next to the
+callbacks' own account (their seconds over the loop's). The same for the Hugging Face Trainer
 (``--trainer hf``): ``DiagnosticsCallback(overhead=F)`` on a ``BertForMaskedLM`` of the preset's size fine-tuned with
 the stock collator on the shipped English MLM's tokenizer. A run's cost is kept small (``--probe-steps``) so that
 many runs fit in the time: the budget's granularity is one run.
@@ -50,23 +51,39 @@ PRESETS = {"bert-base": dict(hidden=768, layers=12, vocab=30522, batch=16, lengt
            "tiny": dict(hidden=64, layers=2, vocab=2000, batch=16, length=64)}
 
 
-class StepTimer(L.Callback):
-    """Wall time of each optimizer step, from batch start to the end of the callbacks listed before the timer (so
-    the diagnostics' per-batch work is counted)."""
+class Times:
+    """Wall and CPU seconds (all of the process's threads) of each optimizer step: a machine that shares its cores
+    slows the wall clock of a step, much less its CPU seconds."""
 
     def __init__(self) -> None:
         self.times: list[float] = []
-        self.started = 0.0
+        self.cpu: list[float] = []
+        self.started = (0.0, 0.0)
+
+    def begin(self) -> None:
+        self.started = (time.perf_counter(), time.process_time())
+
+    def end(self) -> None:
+        self.times.append(time.perf_counter() - self.started[0])
+        self.cpu.append(time.process_time() - self.started[1])
+
+
+class StepTimer(L.Callback, Times):
+    """Each optimizer step, from batch start to the end of the callbacks listed before the timer (so the
+    diagnostics' per-batch work is counted)."""
+
+    def __init__(self) -> None:
+        Times.__init__(self)
 
     def on_train_batch_start(self, trainer: L.Trainer, module: L.LightningModule, batch: Any, index: int) -> None:
-        self.started = time.perf_counter()
+        self.begin()
 
     def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, outputs: Any, batch: Any,
                            index: int) -> None:
-        self.times.append(time.perf_counter() - self.started)
+        self.end()
 
 
-def fit(args: argparse.Namespace, callbacks: list[L.Callback], steps: int) -> list[float]:
+def fit(args: argparse.Namespace, callbacks: list[L.Callback], steps: int) -> Times:
     """Per-step times of a fit of ``steps`` steps after a warm-up step (which is dropped)."""
     config = BertConfig(vocab_size=args.vocab, hidden_size=args.hidden, num_hidden_layers=args.layers,
                         num_attention_heads=max(1, args.hidden // 64), intermediate_size=4 * args.hidden,
@@ -82,7 +99,8 @@ def fit(args: argparse.Namespace, callbacks: list[L.Callback], steps: int) -> li
                         enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
                         num_sanity_val_steps=0, limit_val_batches=0)
     trainer.fit(MaskedDenoiserModule(denoiser), DataLoader(data, batch_size=args.batch))
-    return timer.times[1:]
+    timer.times, timer.cpu = timer.times[1:], timer.cpu[1:]
+    return timer
 
 
 def main() -> None:
@@ -110,8 +128,8 @@ def main() -> None:
     bare_times: list[float] = []
     attached_times: list[float] = []
     for _ in range(args.rounds):
-        bare_times += fit(args, [], args.steps)
-        attached_times += fit(args, callbacks(10**9), args.steps)  # attached, never due
+        bare_times += fit(args, [], args.steps).times
+        attached_times += fit(args, callbacks(10**9), args.steps).times  # attached, never due
     bare, attached = statistics.median(bare_times), statistics.median(attached_times)
     running = callbacks(1)
     fit(args, running, 0)  # one step: one run of each
@@ -134,7 +152,7 @@ def main() -> None:
 
 def realised(args: argparse.Namespace) -> None:
     """Print the realised overhead of the budgeted callbacks at each of ``args.realised``, measured from outside."""
-    step = statistics.median(fit(args, [], 5) if args.trainer == "lightning" else hf_fit(args, None, 5))
+    step = statistics.median((fit(args, [], 5) if args.trainer == "lightning" else hf_fit(args, None, 5)).times)
     steps = max(10, round(args.seconds / step))
     print(f"{args.trainer}: BERT-style {args.hidden}x{args.layers}, V={args.vocab}; bare step {step:.4f} s, "
           f"{steps} steps per fit, meeting-time runs of {args.probe_steps} steps")
@@ -151,17 +169,21 @@ def realised(args: argparse.Namespace) -> None:
             before, attached_times, after = (hf_fit(args, None, steps), hf_fit(args, callback, steps),
                                              hf_fit(args, None, steps))
             scheduled = callback.scheduled
-        bare = (sum(before) + sum(after)) / 2  # a bare fit on each side: the machine's drift is the noise floor
-        outside, noise = (sum(attached_times) - bare) / bare, abs(sum(before) - sum(after)) / bare
+        outside = {}
+        for clock in ("times", "cpu"):  # a bare fit on each side: their difference is the noise floor
+            seconds = [sum(getattr(timed, clock)) for timed in (before, attached_times, after)]
+            bare = (seconds[0] + seconds[2]) / 2
+            outside[clock] = ((seconds[1] - bare) / bare, abs(seconds[0] - seconds[2]) / bare)
         inside = sum(s.seconds_used / s.loop_seconds for s in scheduled)
         runs = sum(s.runs for s in scheduled)
         skipped = sum(s.skipped_runs for s in scheduled)
-        print(f"overhead={fraction:g}: realised {outside:.4f} from outside ({outside / fraction:.2f}x the request; "
-              f"bare-vs-bare noise {noise:.4f}), {inside:.4f} by the callbacks' account ({inside / fraction:.2f}x); "
-              f"{runs} runs, {skipped} skipped")
+        (wall, wall_noise), (cpu, cpu_noise) = outside["times"], outside["cpu"]
+        print(f"overhead={fraction:g}: by the callbacks' account {inside:.4f} ({inside / fraction:.2f}x the request); "
+              f"from outside {wall:.4f} wall ({wall / fraction:.2f}x; bare-vs-bare {wall_noise:.4f}), {cpu:.4f} CPU "
+              f"({cpu / fraction:.2f}x; bare-vs-bare {cpu_noise:.4f}); {runs} runs, {skipped} skipped")
 
 
-def hf_fit(args: argparse.Namespace, callback: DiagnosticsCallback | None, steps: int) -> list[float]:
+def hf_fit(args: argparse.Namespace, callback: DiagnosticsCallback | None, steps: int) -> Times:
     """Per-step times of a Hugging Face Trainer fine-tune (collator, dynamic masking) of ``steps`` steps after a
     warm-up step; ``callback`` attached when given (listed before the timer)."""
     from transformers import AutoTokenizer, DataCollatorForLanguageModeling, Trainer, TrainingArguments
@@ -184,21 +206,21 @@ def hf_fit(args: argparse.Namespace, callback: DiagnosticsCallback | None, steps
                           data_collator=DataCollatorForLanguageModeling(tokenizer), processing_class=tokenizer,
                           callbacks=[*([callback] if callback else []), timer])
         trainer.train()
-    return timer.times[1:]
+    timer.times, timer.cpu = timer.times[1:], timer.cpu[1:]
+    return timer
 
 
-class HFStepTimer(TrainerCallback):
-    """Wall time of each optimizer step of a Hugging Face Trainer, to the end of the callbacks listed before it."""
+class HFStepTimer(TrainerCallback, Times):
+    """Each optimizer step of a Hugging Face Trainer, to the end of the callbacks listed before it."""
 
     def __init__(self) -> None:
-        self.times: list[float] = []
-        self.started = 0.0
+        Times.__init__(self)
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.started = time.perf_counter()
+        self.begin()
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.times.append(time.perf_counter() - self.started)
+        self.end()
 
 
 if __name__ == "__main__":

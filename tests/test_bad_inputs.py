@@ -25,6 +25,7 @@ from mlm_dynamics import (
 )
 from mlm_dynamics.callbacks import InfluenceProbe, MixingDiagnostics, RectangleTest, SemanticDrift, TrapDetector
 from mlm_dynamics.cli import main
+from mlm_dynamics.embedders import ModuleOutputEmbedder
 from mlm_dynamics.experiments.checkpoint import MAGIC, _digest
 from mlm_dynamics.integrations.wandb import workspace
 from mlm_dynamics.probes import RectangleProbe, ScheduledProbe
@@ -466,6 +467,8 @@ LIBRARY_CASES = [
     ("every_n_train_steps 0", lambda: RectangleTest(every_n_train_steps=0), ValueError, "every_n_train_steps"),
     ("topic threshold 2", lambda: TrapDetector(topic_threshold=2.0), ValueError, "topic_threshold"),
     ("float start tokens", lambda: TrapDetector(start_tokens=torch.zeros(2, 3)), ValueError, "start_tokens"),
+    ("ModuleOutputEmbedder arguments swapped", lambda: ModuleOutputEmbedder(_mrf(), "layers.0"), TypeError,
+     r"the submodule's name comes first, then the denoiser; got a PairwiseMRFDenoiser and then 'layers.0' \(swap"),
     ("mask id beyond the vocabulary", lambda: VocabInfo(size=3, mask_id=7), ValueError, "VocabInfo.mask_id"),
     ("chain state of float tokens", lambda: ChainState.from_state_dict({**_chain_state(), "tokens": torch.zeros(1, 3)}),
      ValueError, r"state\['tokens'\] must be an int64 tensor"),

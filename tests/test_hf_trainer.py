@@ -149,7 +149,7 @@ def test_ids_come_from_the_model_config_without_a_tokenizer_or_an_error_says_wha
     model = BertForMaskedLM(BertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                                        intermediate_size=32, pad_token_id=0))
     callback = DiagnosticsCallback()
-    with pytest.raises(ValueError, match="the Trainer has no tokenizer .* as processing_class"):
+    with pytest.raises(ValueError, match=r"the Trainer has no tokenizer .* as processing_class"):
         callback.build_denoiser(model, None)
     model.config.mask_token_id = 3
     denoiser = callback.build_denoiser(model, None)

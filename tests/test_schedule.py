@@ -42,7 +42,7 @@ class Costly(Probe):
         return {"value": float(torch.rand((), generator=generator))}
 
     def forward_rows(self, rows, sites):
-        return 10
+        return 100
 
 
 @pytest.fixture
@@ -54,13 +54,14 @@ def clock(monkeypatch):
 
 @pytest.fixture
 def denoiser(clock):
-    """A tiny BERT whose forward takes 0.2 s of the fake clock per row: the setup estimate of a Costly run (10 rows)
-    is its true cost, 2 s."""
+    """A tiny BERT whose forward takes 0.02 s of the fake clock per row of 32 tokens (proportional to the tokens):
+    the estimate of a Costly run (100 rows) on the training batch is its true cost, 2 s (one estimate: 4 rows,
+    0.08 s); on the setup's 8-token placeholder row a quarter of it."""
     model = tiny_bert_denoiser(generator=0)
     forward = model.conditional_logits
 
     def timed(tokens, *args, **kwargs):
-        clock.now += 0.2 * tokens.shape[0]
+        clock.now += 0.02 * tokens.numel() / 32
         return forward(tokens, *args, **kwargs)
 
     model.conditional_logits = timed
@@ -68,7 +69,7 @@ def denoiser(clock):
 
 
 def batch() -> torch.Tensor:
-    tokens = torch.randint(5, 24, (4, 8), generator=torch.Generator().manual_seed(0))
+    tokens = torch.randint(5, 24, (4, 32), generator=torch.Generator().manual_seed(0))
     tokens[:, 0], tokens[:, -1] = 1, 2
     return tokens
 
@@ -111,17 +112,39 @@ def test_without_a_cap_every_due_run_happens(clock, denoiser):
     assert logged[-1]["costly/train/overhead"] == pytest.approx(20.0 / 15.0)  # realised, reported even uncapped
 
 
-def test_the_first_run_is_budgeted_from_the_setup_estimate(clock, denoiser):
+def test_the_first_run_is_budgeted_from_an_estimate_on_the_training_batch(clock, denoiser):
     scheduled = ScheduledProbe(Costly(clock, cost=2.0), every_n_steps=1, overhead=0.05)
     scheduled.prepare(denoiser.model, denoiser)
-    # one timed forward of num_starts rows: per-row seconds x the probe's 10 forward rows
-    assert scheduled.estimate == pytest.approx(10 * 0.2)
-    assert scheduled.estimate_line == ("Costly: at most 10 forward rows per run, about 2 s here; at overhead=0.05 a "
-                                       "run needs about 40 s of the loop's own time")
-    logged = loop(scheduled, denoiser, clock, steps=100, step_seconds=0.5)
-    # the first run fits at step 80 (2 s of 40 s of loop), the next one not before step 160
-    assert len(logged) == 1 and logged[0]["costly/train/skipped_runs"] == 79 and scheduled.skipped_runs == 99
-    assert logged[0]["costly/train/overhead"] == pytest.approx(0.05)
+    # at setup: one timed forward of num_starts placeholder rows (8 tokens), per row, x the probe's 100 forward rows
+    assert scheduled.estimate == pytest.approx(100 * 0.005)
+    assert scheduled.estimate_line == ("Costly: at most 100 forward rows per run, about 0.5 s here; at overhead=0.05 "
+                                       "a run needs about 10 s of the loop's own time")
+    logged = loop(scheduled, denoiser, clock, steps=300, step_seconds=0.5)
+    # before the first run the estimate is timed on the batch's 32-token rows (2 s, the true cost) at steps 1, 2, 4,
+    # ..., 64 (each time the loop doubled: 7 x 0.08 s, counted); the first run fits at step 103 (0.56 + 2 s within
+    # 5 % of 51.5 s of loop), the next at step 183 (2.56 + 2 s within 5 % of 91.5 s), then at step 263
+    assert scheduled.estimate == pytest.approx(2.0)
+    assert [m["costly/train/skipped_runs"] for m in logged] == [102.0, 181.0, 260.0]
+    assert logged[0]["costly/train/overhead"] == pytest.approx(2.56 / 51.5)
+    assert scheduled.seconds_used == pytest.approx(7 * 0.08 + 3 * 2.0)
+
+
+def test_an_estimate_inflated_by_a_busy_machine_is_timed_again(clock, denoiser):
+    """The first timing of the batch estimate hit a busy spell (10x slower); the retimings as the loop doubles keep
+    the smallest, so the runs start instead of waiting forever for an estimate no run ever corrects."""
+    scheduled = ScheduledProbe(Costly(clock, cost=2.0), every_n_steps=1, overhead=0.05)
+    scheduled.prepare(denoiser.model, denoiser)
+    forward = denoiser.conditional_logits
+    slow_once = [True]
+
+    def busy(tokens, *args, **kwargs):
+        if slow_once.pop() if slow_once else False:
+            clock.now += 9 * 0.02 * tokens.numel() / 32  # on top of the fixture's own cost
+        return forward(tokens, *args, **kwargs)
+
+    denoiser.conditional_logits = busy
+    logged = loop(scheduled, denoiser, clock, steps=300, step_seconds=0.5)
+    assert scheduled.estimate == pytest.approx(2.0) and len(logged) == 3  # (none without the retiming: 20 s)
 
 
 def test_a_failing_run_is_counted_warned_once_and_the_loop_goes_on(clock, denoiser):
@@ -181,3 +204,21 @@ def test_failures_skips_and_the_loop_clock_survive_a_checkpoint(clock, denoiser)
     restored.load_state_dict(scheduled.state_dict())
     assert (restored.loop_seconds, restored.seconds_used, restored.skipped_runs, restored.runs, restored.estimate) == (
         scheduled.loop_seconds, scheduled.seconds_used, scheduled.skipped_runs, scheduled.runs, scheduled.estimate)
+
+
+def test_what_a_run_leaves_behind_is_charged_to_the_diagnostics(clock, denoiser):
+    """A run that slows the next optimizer step (0.3 s here, as cold caches would) is charged that excess over the
+    typical step: the loop's clock keeps only its own time, and the realised fraction stays within the request."""
+    scheduled = ScheduledProbe(Costly(clock, cost=2.0), every_n_steps=1, overhead=0.1)
+    scheduled.prepare(denoiser.model, denoiser)
+    after_run = False
+    for step in range(1, 2001):
+        clock.now += 0.5 + (0.3 if after_run else 0.0)
+        scheduled.capture(batch())
+        after_run = scheduled.due(step) and scheduled.run(denoiser.model, denoiser, stage="train") is not None
+    assert scheduled.loop_seconds == pytest.approx(1000.0)  # 2000 steps of 0.5 s: the 0.3 s are not the loop's
+    # beyond the runs and the six timed estimates before the first one (steps 1, 2, 4, ..., 32; it fits at step 50)
+    charged = scheduled.seconds_used - 6 * 0.08 - 2.0 * scheduled.runs
+    assert charged == pytest.approx(0.3 * scheduled.runs)
+    assert 0.09 <= scheduled.seconds_used / scheduled.loop_seconds <= 0.1 + 1e-12
+    assert scheduled.estimate == pytest.approx(2.3)

@@ -170,8 +170,12 @@ class ModuleOutputEmbedder(EmbedderBase):
     """
 
     def __init__(self, module: str, denoiser: Denoiser | None = None) -> None:
+        if isinstance(denoiser, str) and not isinstance(module, str):
+            raise TypeError(f"ModuleOutputEmbedder(module, denoiser): the submodule's name comes first, then the "
+                            f"denoiser; got a {type(module).__name__} and then {denoiser!r} (swap them)")
         if not isinstance(module, str) or not module:
-            raise TypeError(f"module must name a submodule of the denoiser (e.g. 'model.blocks.5'), got {module!r}")
+            shown = repr(module) if isinstance(module, str | None) else f"a {type(module).__name__}"
+            raise TypeError(f"module must name a submodule of the denoiser (e.g. 'model.blocks.5'), got {shown}")
         self.module = module
         self._denoiser: Denoiser | None = None
         self.target: torch.nn.Module | None = None

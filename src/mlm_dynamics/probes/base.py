@@ -28,9 +28,12 @@ once, at the step it was measured (:func:`metric_key_table` lists every name).
 **Cost is the user's budget.** ``overhead`` (default 0.05) caps the diagnostics at that fraction of the watched
 loop's own wall-clock time (training and evaluation alike): a due run happens only when the seconds spent so far plus
 the expected cost of one run fit within ``overhead`` times the loop's seconds; otherwise it is skipped and counted
-(``skipped_runs``), and every run logs the realised fraction (``overhead``). The expected cost is the last run's, and
-before the first run an estimate from the probe's forward rows and one timed forward (:attr:`ScheduledProbe.estimate`,
-one line the adapters log when the run is set up). ``budget_seconds`` is an absolute cap on top.
+(``skipped_runs``), and every run logs the realised fraction (``overhead``). The diagnostics' seconds are all the
+probe does (copying start rows, runs, estimates) and what a run leaves behind: the excess of the optimizer step right
+after a run over a typical step (cold caches, kernels re-selected for the training shapes). The expected cost is the
+last run's with its after-effect, and before the first run an estimate from the probe's forward rows and one timed
+forward, at setup and again on the first training batch (:attr:`ScheduledProbe.estimate`, one line the adapters log
+when the run is set up). ``budget_seconds`` is an absolute cap on top.
 
 **Failures never end the run.** A run that fails (a numerical refusal, running out of memory, a model quirk) is
 caught, warned about once per cause with what to change, counted (``failed_runs``, logged), and the loop goes on;
@@ -50,7 +53,7 @@ import math
 import time
 import warnings
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, nullcontext, suppress
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -207,6 +210,10 @@ class ScheduledProbe:
         self.loop_seconds = 0.0  # the watched loop's own wall-clock seconds so far (diagnostics excluded)
         self.estimate: float | None = None  # expected seconds of the next run
         self.estimate_line = ""
+        self._measured_estimate: float | None = None  # the smallest estimate timed on real start rows so far
+        self._next_estimate = 0.0  # the loop's seconds at which that estimate is timed again (before a first run)
+        self._seen_step, self._loop_at_step, self._after_run = -1, 0.0, False
+        self._typical_step: float | None = None  # the loop's seconds per optimizer step, away from runs
         self._mark: float | None = None
         self._warned: set[str] = set()
         self.latest: BatchRows | None = None
@@ -258,10 +265,29 @@ class ScheduledProbe:
         """Whether optimizer step ``step`` runs the probe; True at most once per step (gradient accumulation calls
         again with the same step) and never at step 0."""
         self.tick()
+        if step != self._seen_step:
+            self._seen_step = step
+            self._account_step()
         if not self.every_n_steps or step <= 0 or step % self.every_n_steps or step == self.last_step:
             return False
         self.last_step = step
         return True
+
+    def _account_step(self) -> None:
+        """Once per optimizer step: the loop's seconds since the previous step. The step after a run is charged its
+        excess over the typical step (an average of the steps after no run) to the diagnostics: what a run leaves
+        behind (cold caches, kernels re-selected for the training shapes) is its cost, not the loop's."""
+        seconds = self.loop_seconds - self._loop_at_step
+        if self._after_run:
+            if self._typical_step is not None:
+                excess = max(0.0, seconds - self._typical_step)
+                self.loop_seconds -= excess
+                self.seconds_used += excess
+                self.estimate = (self.estimate or 0.0) + excess  # the next run will leave as much behind
+        elif self._loop_at_step > 0:
+            self._typical_step = seconds if self._typical_step is None else 0.9 * self._typical_step + 0.1 * seconds
+        self._after_run = False
+        self._loop_at_step = self.loop_seconds
 
     def prepare(self, module: nn.Module, denoiser: Denoiser) -> None:
         """Check everything a run needs before the first one: the denoiser's output shape, the start tokens, and the
@@ -274,17 +300,28 @@ class ScheduledProbe:
             sample = StartStates(rows.tokens[:1], rows.sites[:1], rows.counts[:1], mask)
             denoiser.conditional_logits(sample.tokens, sample.sites[:, :1], mask)  # raises on a wrong output shape
             self.probe.bind(denoiser, sample)
-            started = time.perf_counter()  # one timed forward of a start-sized batch: the cost estimate
-            batch = sample.tokens.expand(self.num_starts, -1)
-            denoiser.conditional_logits(batch, sample.sites[:, :1].expand(self.num_starts, -1),
-                                        None if mask is None else mask.expand(self.num_starts, -1))
-            per_row = (time.perf_counter() - started) / self.num_starts
-        rows_per_run = self.probe.forward_rows(self.num_starts, int(rows.counts.max()))
-        if rows_per_run is not None:
-            self.estimate = per_row * rows_per_run
-            self.estimate_line = cost_line(type(self.probe).__name__, rows_per_run, self.estimate, self.overhead)
+        self.estimate = self._estimate(module, denoiser, rows)
+        if self.start_tokens is not None:
+            self._measured_estimate = self.estimate
+        if self.estimate_line:
             LOGGER.info(self.estimate_line)
         self._mark = time.perf_counter()
+
+    def _estimate(self, module: nn.Module, denoiser: Denoiser, rows: StartStates) -> float | None:
+        """The expected seconds of a run on ``rows``: one timed forward of ``num_starts`` rows like them (isolated),
+        per row, times the probe's forward rows for such a run (``None`` when the probe cannot say); sets the cost
+        line."""
+        rows_per_run = self.probe.forward_rows(self.num_starts, int(rows.counts.max()))
+        if rows_per_run is None:
+            return None
+        index = torch.arange(self.num_starts) % len(rows.tokens)  # num_starts rows, repeating the ones there are
+        mask = None if rows.attention_mask is None else rows.attention_mask[index]
+        with isolated(module, denoiser, device=denoiser.device):
+            started = time.perf_counter()
+            denoiser.conditional_logits(rows.tokens[index], rows.sites[index, :1], mask)
+            per_row = (time.perf_counter() - started) / self.num_starts
+        self.estimate_line = cost_line(type(self.probe).__name__, rows_per_run, per_row * rows_per_run, self.overhead)
+        return per_row * rows_per_run
 
     def note_evaluation_start(self, module: nn.Module) -> None:
         """Call when validation starts, before the module's own hook: remembers the training weights, so that a
@@ -298,6 +335,9 @@ class ScheduledProbe:
         if stage not in STAGES:
             raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
         self.tick()
+        if (self.overhead is not None and self.runs == 0 and self.loop_seconds >= self._next_estimate
+                and (self.latest is not None or self.start_tokens is not None)):
+            self._estimate_on_starts(module, denoiser)
         spent = _max_over_ranks(self.seconds_used)
         if self.budget_seconds is not None and spent >= self.budget_seconds:
             return None
@@ -325,6 +365,7 @@ class ScheduledProbe:
             elapsed = time.perf_counter() - started
             self.seconds_used += elapsed
             self._mark = time.perf_counter()  # the run's own time is not the loop's
+            self._after_run = True
         if metrics:
             self.runs += 1
             self.estimate = elapsed
@@ -335,6 +376,22 @@ class ScheduledProbe:
                        "overhead": self.seconds_used / self.loop_seconds if self.loop_seconds > 0 else math.nan}
         self.last_metrics = {f"{name}{key}": value for key, value in {**metrics, **bookkeeping}.items()}
         return self.last_metrics
+
+    def _estimate_on_starts(self, module: nn.Module, denoiser: Denoiser) -> None:
+        """Before the first run: the estimate timed on the run's own start rows (the setup's placeholder rows may be
+        far shorter), at the first due step and again each time the loop's seconds double, keeping the smallest (a
+        busy machine only ever inflates a timing, and an inflated estimate that never fits would never be
+        corrected by a run). Its forwards count as diagnostics; rows that cannot be used are left to the run, which
+        says why."""
+        self._next_estimate = 2 * self.loop_seconds
+        started = time.perf_counter()
+        with suppress(*FAILURES):
+            timed = self._estimate(module, denoiser, self.starts(denoiser))
+            if timed is not None:
+                self._measured_estimate = min(timed, self._measured_estimate or timed)
+                self.estimate = self._measured_estimate
+        self._mark = time.perf_counter()
+        self.seconds_used += self._mark - started
 
     def affordable(self, spent: float) -> bool:
         """Whether one more run (expected: :attr:`estimate` seconds) keeps the diagnostics within ``overhead`` of
