@@ -82,14 +82,18 @@ def reports(tmp_path_factory):
         assert main([job, "--config", preset, "--out", str(out / job), "--quiet", *sets]) == 0
     fit(out / "fit", max_steps=4)
     assert main(["report", str(out / "fit" / "csv"), "--out", str(out / "history")]) == 0
+    preset, overrides = SMALL_JOBS["sweep"]
+    sets = [item for override in [*overrides, "grid.max_steps=10"] for item in ("--set", override)]
+    assert main(["sweep", "--config", preset, "--out", str(out / "short-sweep"), "--quiet", *sets]) == 0
+    assert main(["compare", str(out / "sweep"), str(out / "short-sweep"), "--out", str(out / "compare")]) == 0
     return out
 
 
-@pytest.mark.parametrize("job", ["run", "sweep", "history"])
+@pytest.mark.parametrize("job", ["run", "sweep", "history", "compare"])
 def test_job_reports_render_cleanly_and_lead_with_what_the_run_found(browser, reports, job):
     page = open_checked(browser, (reports / job / "report.html").as_uri(), f"{job}-report")
     headings = page.evaluate("Array.from(document.querySelectorAll('h2')).map(h => h.textContent)")
-    assert headings[0].startswith("What the run found"), headings  # the verdicts first
+    assert headings[0].startswith(("What the run found", "What the runs found")), headings  # the verdicts first
     toc = page.evaluate("Array.from(document.querySelectorAll('nav.toc a')).map(a => a.textContent)")
     assert toc == headings, (toc, headings)  # the contents list every section, in order
     assert page.evaluate("document.images.length") >= 2
@@ -98,6 +102,11 @@ def test_job_reports_render_cleanly_and_lead_with_what_the_run_found(browser, re
         first_screen = page.evaluate("document.querySelector('h2:nth-of-type(2)').getBoundingClientRect().top")
         assert first_screen < VIEWPORT["height"] * 2, first_screen  # the key figures are near the top
     page.close()
+
+
+# code blocks whose text is wider than the block: clipped, readable only by scrolling sideways
+CLIPPED_CODE = """Array.from(document.querySelectorAll('pre > code')).filter(c => c.scrollWidth > c.clientWidth + 1)
+    .map(c => c.textContent.split('\\n').reduce((a, b) => (b.length > a.length ? b : a), ''))"""
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +134,8 @@ def test_documentation_site_pages_render_and_every_link_resolves(browser, site):
     for name in pages:
         page = open_checked(browser, urljoin(base, name), "site-" + name.replace("/", "-").removesuffix(".html"))
         targets[name] = set(page.evaluate("Array.from(document.querySelectorAll('[id]')).map(e => e.id)"))
+        clipped = page.evaluate(CLIPPED_CODE)
+        assert not clipped, f"{name}: code blocks wider than the column at 1280 px (first line shown): {clipped}"
         links += [(name, href) for href in page.evaluate(LINKS) if href.startswith(base)]
         page.close()
     for source, href in links:
