@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 from scipy.stats import chisquare
 
@@ -327,3 +329,46 @@ SMALL_JOBS: dict[str, tuple[str, list[str]]] = {
                                        "dwell=2", "corpus_sentences=40", "bootstrap=20"]),
     "rectangle-table": ("rectangle-table", ["contexts=1", "pairs_per_context=1", "num_tokens=2"]),
 }
+
+
+def figure_problems(figure) -> list[str]:
+    """What keeps a person from reading ``figure`` at its saved size: a legend box that covers plotted data (a line's
+    path, a bar, a scatter point), text below 9 pt, tick labels that run into each other or carry an offset or
+    scientific multiplier."""
+    from matplotlib.collections import Collection
+    from matplotlib.patches import Rectangle
+    from matplotlib.text import Text
+
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+    problems = []
+    for axes in figure.axes:
+        legend = axes.get_legend()
+        if legend is not None:
+            box = legend.get_window_extent(renderer)
+            for line in axes.get_lines():
+                path = line.get_transform().transform_path(line.get_path())
+                if len(path.vertices) and path.intersects_bbox(box, filled=False):
+                    problems.append(f"{axes.get_title()!r}: the legend covers the line {line.get_label()!r}")
+            for patch in axes.patches:
+                if isinstance(patch, Rectangle) and patch.get_height() and box.overlaps(
+                        patch.get_window_extent(renderer)):
+                    problems.append(f"{axes.get_title()!r}: the legend covers a bar")
+                    break
+            for collection in axes.collections:
+                if isinstance(collection, Collection) and len(collection.get_offsets()):
+                    points = collection.get_offset_transform().transform(collection.get_offsets())
+                    if any(box.contains(x, y) for x, y in points):
+                        problems.append(f"{axes.get_title()!r}: the legend covers scattered points")
+        for axis in (axes.xaxis, axes.yaxis):
+            boxes = [label.get_window_extent(renderer) for label in axis.get_ticklabels()
+                     if label.get_visible() and label.get_text()]
+            if any(a.overlaps(b) for a, b in itertools.pairwise(boxes)):  # neighbours, in tick order
+                problems.append(f"{axes.get_title()!r}: tick labels run into each other")
+            if axis.get_offset_text().get_text():
+                problems.append(f"{axes.get_title()!r}: tick labels carry an offset or multiplier "
+                                f"({axis.get_offset_text().get_text()!r})")
+    for text in figure.findobj(Text):
+        if text.get_visible() and text.get_text().strip() and text.get_fontsize() < 9:
+            problems.append(f"text {text.get_text()[:30]!r} at {text.get_fontsize():g} pt")
+    return list(dict.fromkeys(problems))

@@ -1,4 +1,5 @@
 import json
+import re
 
 import pytest
 
@@ -37,6 +38,15 @@ def test_main_job_writes_a_complete_report(tmp_path, capsys):
     assert "dobrushin_tau1" in report["influence"] and report["influence"]["sites"] == [17, 18, 19]
     lines = (out / "trajectory.csv").read_text().splitlines()
     assert lines[0] == "step,chain,hamming_to_start,sequence" and len(lines) == 1 + 2 * 2
+    # The draws: per temperature one chain at the start, the middle (the record at step 3) and the end, changed
+    # residues marked against the start; the trace figure beside them.
+    page = (out / "report.html").read_text()
+    assert ">Draws</h2>" in page and ">Traces</h2>" in page and (out / "figures" / "traces.png").exists()
+    draws = re.findall(r'<td class="draw">(.*?)</td>', page)
+    assert len(draws) == 2 * 3
+    for chain, shown in enumerate([draws[:3], draws[3:]]):
+        assert shown[0] == report["chains"]["start_sequences"][chain]  # nothing marked at the start
+        assert re.sub("</?mark>", "", shown[2]) == report["chains"]["final_sequences"][chain]
     assert "rectangle test" in capsys.readouterr().out
 
 

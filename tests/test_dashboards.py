@@ -217,3 +217,40 @@ def test_several_runs_in_a_folder_are_named_and_read_one_at_a_time(logged, tmp_p
     assert f"read: run version_0 (csv): {folder / 'version_0' / 'metrics.csv'}" in capsys.readouterr().out
     assert main(["report", str(folder), "--out", str(tmp_path / "out2")]) == 2
     assert "--run NAME" in capsys.readouterr().err
+
+
+def test_several_runs_are_overlaid_on_one_page(logged, tmp_path, capsys):
+    """``--run A --run B``: every series of both runs drawn with its own data, one colour per run, labelled with
+    its run; history.json holds both reports; a run that is not there is named before anything is written."""
+    import shutil
+
+    from mlm_dynamics.report.history_report import history_figures
+
+    folder = copy_of(logged, tmp_path, "csv")
+    (first,) = [p for p in folder.iterdir() if p.is_dir()]
+    shutil.copytree(first, folder / "version_7")
+    metrics = folder / "version_7" / "metrics.csv"  # the second run's rectangle prevalence halved: a different run
+    header, *rows = metrics.read_text().splitlines()
+    column = header.split(",").index("rectangle/train/prevalence")
+    halved = [",".join(f"{float(c) / 2:g}" if i == column and c else c for i, c in enumerate(row.split(",")))
+              for row in rows]
+    metrics.write_text("\n".join([header, *halved]) + "\n")
+    runs = [read_logs(folder, run=name) for name in ("version_0", "version_7")]
+    lines = [line for figure in history_figures(runs).values() for axes in figure.axes for line in axes.get_lines()]
+    for index, run in enumerate(runs):
+        for key, series in run.scalars.items():
+            drawn = [line for line in lines if line.get_label().split(" (")[0] == f"{run.name}: {key}"]
+            if key.startswith(("mixing/", "rectangle/", "influence/", "drift/", "traps/")) and drawn:
+                (line,) = drawn
+                assert list(line.get_ydata()) == [value for _, value in series] and line.get_color() == f"C{index}"
+    prevalence = [line for line in lines if line.get_label().endswith(": rectangle/train/prevalence")]
+    assert len(prevalence) == 2 and list(prevalence[1].get_ydata()) == [v / 2 for v in prevalence[0].get_ydata()]
+    out = tmp_path / "both"
+    assert main(["report", str(folder), "--run", "version_0", "--run", "version_7", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "read: run version_0" in printed and "read: run version_7" in printed
+    history = json.loads((out / "history.json").read_text())
+    assert [report["run"] for report in history["runs"]] == ["version_0", "version_7"]
+    assert "What the runs found" in (out / "report.html").read_text()
+    assert main(["report", str(folder), "--run", "version_0", "--run", "version_9", "--out", str(tmp_path / "no")]) == 2
+    assert "'version_9' names no run" in capsys.readouterr().err and not (tmp_path / "no").exists()

@@ -25,6 +25,7 @@ from .experiments.config import PRESETS, field_default, presets
 from .experiments.rectangles import RectangleTableConfig, run_rectangle_table
 from .experiments.semantics import CaseStudyConfig, run_case_study
 from .experiments.sweep import SweepConfig, run_sweep
+from .report.compare_report import compare_summary, write_compare_report
 from .report.history_report import findings, write_history_report
 from .report.logs import read_logs
 from .report.rectangle_report import rectangle_table_summary, write_rectangle_table
@@ -126,10 +127,15 @@ def parser() -> argparse.ArgumentParser:
     history = commands.add_parser("report", help="the mixing history of a training run, from its logs (Lightning CSV,"
                                                  " TensorBoard event files or an offline W&B run): report.html")
     history.add_argument("logdir", type=Path, help="the run's log directory")
-    history.add_argument("--run", default=None,
-                         help="the run to read when LOGDIR holds several (its folder, as the error lists them)")
+    history.add_argument("--run", action="append", default=None,
+                         help="the run to read when LOGDIR holds several (its folder, as the error lists them); "
+                              "repeat it to overlay several runs on one page")
     history.add_argument("--out", type=out_path, default=None,
                          help="output directory (default: LOGDIR/mlm-dynamics-report)")
+    compare = commands.add_parser("compare", help="several run or sweep reports side by side: report.html")
+    compare.add_argument("runs", type=Path, nargs="+", help="the --out folders of two or more runs (or sweeps)")
+    compare.add_argument("--out", type=out_path, default=Path("compare"),
+                         help="output directory (default: ./compare)")
     return root
 
 
@@ -162,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "report":
         return _history(args)
+    if args.command == "compare":
+        return _compare(args)
     torch.set_num_threads(min(torch.get_num_threads(), 16))
     schema = JOBS[args.command][0]
     previous = signal.signal(signal.SIGTERM, _interrupt) if threading.current_thread() is threading.main_thread() \
@@ -195,20 +203,38 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _history(args: argparse.Namespace) -> int:
-    """``mlm-dynamics report LOGDIR``: read the logs, write the history report, print where it is."""
+    """``mlm-dynamics report LOGDIR [--run A --run B]``: read the logs (one run, or several overlaid), write the
+    history report, print where it is."""
     out = args.out if args.out is not None else args.logdir / "mlm-dynamics-report"
     try:
-        run = read_logs(args.logdir, run=args.run)
+        names = list(dict.fromkeys(args.run)) if args.run else [None]
+        runs = [read_logs(args.logdir, run=name) for name in names]
         check_out_dir(out)
-        report = write_history_report(run, out, f"mlm_dynamics: mixing history of {args.logdir.name}")
+        reports = write_history_report(runs, out, f"mlm_dynamics: mixing history of {args.logdir.name}")
     except ValueError as error:  # ConfigError too
         print(f"mlm-dynamics: error: {one_line(str(error))}", file=sys.stderr)
         return 2
-    print("\n".join(findings(report)))
-    for note in run.notes:
-        print(f"note: {note}")
-    print(f"read: run {report['run']} ({run.source}): {', '.join(run.files)}")
+    for run, report in zip(runs, reports, strict=True):
+        prefix = f"{report['run']}: " if len(runs) > 1 else ""
+        print("\n".join(prefix + line for line in findings(report)))
+        for note in run.notes:
+            print(f"note: {prefix}{note}")
+        print(f"read: run {report['run']} ({run.source}): {', '.join(run.files)}")
     print(f"report: {out / 'report.html'}")
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    """``mlm-dynamics compare RUN RUN ...``: one page with the runs side by side; print the verdicts and where it
+    is."""
+    try:
+        check_out_dir(args.out)
+        compared = write_compare_report(args.runs, args.out)
+    except ValueError as error:
+        print(f"mlm-dynamics: error: {one_line(str(error))}", file=sys.stderr)
+        return 2
+    print(compare_summary(compared))
+    print(f"report: {args.out / 'report.html'}")
     return 0
 
 

@@ -52,12 +52,14 @@ from typing_extensions import override
 from ..models.base import Denoiser
 from ..probes.base import Probe, ScheduledProbe, check_every
 from ..probes.keys import tensorboard_layout
+from ..report.figures import readable
 from ..report.writers import finite
 
 
 def log_figure(trainer: Trainer, tag: str, figure: Figure) -> None:
     """``figure`` to every logger that takes images: TensorBoard (``add_figure``), W&B (``wandb.Image``) and
     MLflow (an artifact ``{tag}_step{N}.png`` of the run)."""
+    readable(figure)
     for logger in trainer.loggers:
         if isinstance(logger, MLFlowLogger):
             logger.experiment.log_figure(logger.run_id, figure, f"{tag}_step{trainer.global_step}.png")

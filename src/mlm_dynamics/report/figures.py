@@ -11,8 +11,10 @@ import math
 from collections.abc import Mapping, Sequence
 
 import torch
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import ScalarFormatter
 from torch import Tensor
 
 from ..diagnostics.influence import InfluenceEstimate
@@ -23,10 +25,36 @@ from ..diagnostics.rectangle import RectangleReport
 COLORMAP = "viridis"
 
 
-def new_figure(width: float = 6.4, height: float = 4.2) -> Figure:
-    """An empty figure on the Agg canvas (no pyplot state)."""
+LEGEND_POINTS = 9  # the smallest text a figure carries, at its saved size
+
+
+def new_figure(width: float = 7.6, height: float = 4.2) -> Figure:
+    """An empty figure on the Agg canvas (no pyplot state); wide enough for a legend beside the axes."""
     figure = Figure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(figure)
+    return figure
+
+
+def legend_outside(axes: Axes, *, below: bool = False) -> None:
+    """The legend beside ``axes`` (right, or ``below``), outside the data area so it covers no series; the
+    constrained layout makes room for it."""
+    if below:
+        axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), borderaxespad=0.0, fontsize=LEGEND_POINTS,
+                    frameon=False)
+    else:
+        axes.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize=LEGEND_POINTS,
+                    frameon=False)
+
+
+def readable(figure: Figure) -> Figure:
+    """``figure`` with plain tick labels (no offset or ``1e-5`` multiplier the eye misses) on every linear axis;
+    applied wherever a figure is saved or logged."""
+    for axes in figure.axes:
+        for axis in (axes.xaxis, axes.yaxis):
+            formatter = axis.get_major_formatter()
+            if isinstance(formatter, ScalarFormatter):
+                formatter.set_useOffset(False)
+                formatter.set_scientific(False)
     return figure
 
 
@@ -42,7 +70,7 @@ def rectangle_histogram(report: RectangleReport) -> Figure:
     axes.set_ylabel("rectangles")
     axes.set_title(f"Rectangle test: {summary['prevalence']:.3f} of {int(summary['num_rectangles'])} certify "
                    "incompatibility")
-    axes.legend(fontsize=8)
+    legend_outside(axes)
     return figure
 
 
@@ -55,7 +83,7 @@ def margin_distribution(margins: Mapping[str, LocalMargins]) -> Figure:
     axes.axvline(0.0, color="grey", lw=1)
     axes.set_xlabel("local margin Delta (logit of the current token minus the best rival)")
     axes.set_ylabel("sites")
-    axes.legend(fontsize=8)
+    legend_outside(axes)
     return figure
 
 
@@ -80,7 +108,7 @@ def pca_landscape(embeddings: Tensor, chain: Tensor, basin: Tensor | None = None
         axes.plot([], [], "-", color=palette[name], label=name)
     if basin is not None and (basin >= 0).any():
         basins = sorted(set(basin[basin >= 0].tolist()))
-        shades = colors(len(basins)) if len(basins) > 1 else [(0.85, 0.1, 0.1, 1.0)]
+        shades = basin_colors(len(basins))  # reds: never a temperature's colour
         for b, shade in zip(basins, shades, strict=True):  # a legend entry per basin (no colour bar for one basin)
             where = (basin == b).numpy()
             axes.scatter(points[where, 0], points[where, 1], color=shade, s=14, edgecolors="black", linewidths=0.3,
@@ -88,7 +116,7 @@ def pca_landscape(embeddings: Tensor, chain: Tensor, basin: Tensor | None = None
     axes.set_xlabel("PC 1")
     axes.set_ylabel("PC 2")
     axes.set_title("Semantic landscape: embedding trajectories (points: trapped states)")
-    axes.legend(fontsize=8, loc="best")
+    legend_outside(axes)
     return figure
 
 
@@ -108,6 +136,14 @@ def colors(count: int) -> list[tuple[float, float, float, float]]:
     return [cmap(k / max(count - 1, 1)) for k in range(count)]
 
 
+def basin_colors(count: int) -> list[tuple[float, float, float, float]]:
+    """``count`` shades of red for basins (the temperatures have viridis): one meaning, one colour family."""
+    from matplotlib import colormaps
+
+    cmap = colormaps["Reds"]
+    return [cmap(0.95 - 0.5 * k / max(count - 1, 1)) for k in range(count)]
+
+
 def survival_steps(times: MeetingTimes) -> tuple[Tensor, Tensor]:
     """Steps ``0..budget`` and ``P(T > t)`` there (censored pairs count as not met): the Kaplan-Meier curve when every
     censoring is at the budget."""
@@ -119,15 +155,27 @@ def ladder_survival(times: Mapping[float, MeetingTimes]) -> Figure:
     """``P(T_meet > t)`` of coupled pairs at each temperature of a ladder (the run job's coupling section)."""
     figure = new_figure()
     axes = figure.add_subplot()
+    drawn: dict[bytes, str] = {}
     for (tau, value), color in zip(sorted(times.items()), colors(len(times)), strict=True):
         steps, survival = survival_steps(value)
-        axes.step(steps.numpy(), survival.numpy(), where="post", color=color, label=f"tau={tau:g}")
+        label, dashed = overlap_label(drawn, survival, f"tau={tau:g}")
+        axes.step(steps.numpy(), survival.numpy(), where="post", color=color, label=label, ls="--" if dashed else "-")
     axes.set_ylim(-0.02, 1.02)
     axes.set_xlabel("step t")
     axes.set_ylabel("P(T_meet > t)")
     axes.set_title("Coupled pairs (start vs random residues): fraction not yet met")
-    axes.legend(fontsize=8)
+    legend_outside(axes)
     return figure
+
+
+def overlap_label(drawn: dict[bytes, str], values: Tensor, label: str) -> tuple[str, bool]:
+    """``label``, or ``"{label} (same as {earlier})"`` with ``True`` (draw it dashed) when ``values`` equal a series
+    already drawn, which would otherwise hide under it; records the series in ``drawn``."""
+    key = values.double().cpu().numpy().tobytes()
+    if key in drawn:
+        return f"{label} (same as {drawn[key]})", True
+    drawn[key] = label
+    return label, False
 
 
 def dobrushin_curve(estimate: InfluenceEstimate) -> Figure:
@@ -141,7 +189,7 @@ def dobrushin_curve(estimate: InfluenceEstimate) -> Figure:
     axes.set_xlabel("temperature tau")
     axes.set_ylabel("influence sum")
     axes.set_title(f"Dobrushin coefficient on {len(estimate.sites)} sites (lower estimates)")
-    axes.legend(fontsize=8)
+    legend_outside(axes)
     return figure
 
 
@@ -160,7 +208,32 @@ def drift_over_time(steps: Sequence[int], drift: Tensor, scale: float, temperatu
     axes.set_xlabel("step")
     axes.set_ylabel("drift / distance to random fillings")
     axes.set_title("Drift of each chain in hidden-state space (resampled sites)")
-    axes.legend(fontsize=8)
+    legend_outside(axes)
+    return figure
+
+
+def chain_traces(steps: Sequence[int], hamming: Tensor, temperatures: Sequence[float], num_sites: int) -> Figure:
+    """Trace view, one panel per temperature: the Hamming distance to the start ``hamming [observations, chains]``
+    of each chain over ``steps``, in the temperature's colour (thick: the mean). A chain that mixes climbs to a
+    plateau and wanders across it; a trapped one stays flat near its start."""
+    ladder = sorted(set(temperatures))
+    columns = min(len(ladder), 4)
+    rows = math.ceil(len(ladder) / columns)
+    figure = new_figure(max(7.6, 2.6 * columns), 2.8 * rows)
+    panels = figure.subplots(rows, columns, sharex=True, sharey=True, squeeze=False).ravel()
+    values = hamming.double().numpy()
+    for axes, tau, color in zip(panels, ladder, colors(len(ladder)), strict=False):
+        chains = [c for c, t in enumerate(temperatures) if t == tau]
+        for chain in chains:
+            axes.plot(steps, values[:, chain], color=color, lw=0.8, alpha=0.6)
+        axes.plot(steps, values[:, chains].mean(1), color=color, lw=2.5)
+        axes.set_title(f"tau={tau:g} ({len(chains)} chain{'s' if len(chains) > 1 else ''})", fontsize=LEGEND_POINTS + 1)
+        axes.set_ylim(0, num_sites)
+        axes.set_xlabel("step")
+    for axes in panels[len(ladder):]:
+        axes.set_visible(False)
+    for axes in panels[::columns]:
+        axes.set_ylabel("positions changed\nsince the start")
     return figure
 
 
@@ -182,7 +255,7 @@ def topic_fractions_over_time(steps: Sequence[int], near: Tensor, temperatures: 
         axes.set_xlabel("step")
         if k == 0:
             axes.set_ylabel("fraction of observations near the topic")
-            axes.legend(fontsize=7)
+            legend_outside(axes)
     return figure
 
 
@@ -196,10 +269,11 @@ def dwell_distribution(dwell: Mapping[float, Sequence[float]]) -> Figure:
     axes.set_xlabel("dwell time (steps)")
     axes.set_ylabel("traps")
     axes.set_title("Trap dwell times")
-    axes.legend(fontsize=8)
+    legend_outside(axes)
     return figure
 
 
-__all__ = ["COLORMAP", "colors", "dobrushin_curve", "drift_over_time", "dwell_distribution", "ladder_survival",
-           "landscape_by_temperature", "margin_distribution", "new_figure", "pca_landscape", "rectangle_histogram",
-           "survival_steps", "topic_fractions_over_time"]
+__all__ = ["COLORMAP", "LEGEND_POINTS", "basin_colors", "colors", "dobrushin_curve", "drift_over_time",
+           "dwell_distribution", "ladder_survival", "landscape_by_temperature", "legend_outside", "margin_distribution",
+           "new_figure", "overlap_label", "pca_landscape", "readable", "rectangle_histogram", "survival_steps",
+           "topic_fractions_over_time"]

@@ -4,7 +4,9 @@ Reads the diagnostics a run logged (:func:`~mlm_dynamics.report.logs.read_logs`:
 W&B) and writes ``history.json`` (every series), ``figures/*.png`` and ``report.html``: what changed over training in
 a few lines and a compact table (first and last value of each headline quantity), then one figure per section
 (mixing, incompatibility, influence, drift and traps) with the train and validation runs as separate lines, and the
-latest figures the run logged itself (survival curves, ``|R|`` histograms, landscapes).
+latest figures the run logged itself (survival curves, ``|R|`` histograms, landscapes). Several runs of one log
+folder (``--run A --run B``: two fine-tunes, two checkpoints resumed into separate versions) are overlaid on the same
+figures, one colour per run, with their findings and key figures side by side.
 """
 
 from __future__ import annotations
@@ -12,13 +14,14 @@ from __future__ import annotations
 import base64
 import html
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from matplotlib.figure import Figure
 
 from ..probes.keys import key_regex
-from .figures import new_figure
+from .figures import legend_outside, new_figure
 from .html import Section, render_html, write_figures
 from .logs import LoggedRun
 from .writers import write_json, write_text
@@ -80,58 +83,80 @@ def findings(report: dict[str, Any]) -> list[str]:
     return lines or ["every quantity was measured once: run longer, or more often, to see a history"]
 
 
-def section_figure(run: LoggedRun, panels: list[tuple[str, list[str]]]) -> Figure | None:
-    """One panel per quantity, a line per logged key (stage, temperature) against the training step."""
-    drawn = [(title, [key for template in templates for key in matching(run, template)])
-             for title, templates in panels]
+MARKERS = ("o", "s", "D", "v", "P", "X")  # one per key when runs are overlaid (colour is the run)
+
+
+def section_figure(runs: Sequence[LoggedRun], panels: list[tuple[str, list[str]]]) -> Figure | None:
+    """One panel per quantity, a line per logged key (stage, temperature) against the training step; with several
+    runs overlaid, one colour per run and one marker per key, each line labelled ``run: key``."""
+    several = len(runs) > 1
+    drawn = [(title, [(index, key) for index, run in enumerate(runs) for template in templates
+                      for key in matching(run, template)]) for title, templates in panels]
     drawn = [(title, keys) for title, keys in drawn if keys]
     if not drawn:
         return None
-    figure = new_figure(6.4, 2.6 * len(drawn))
-    for index, (title, keys) in enumerate(drawn):
-        axes = figure.add_subplot(len(drawn), 1, index + 1)
-        for key in keys:
-            steps, values = zip(*run.scalars[key], strict=True)
+    figure = new_figure(6.4, (2.6 + 0.5 * several * len(runs)) * len(drawn))
+    for row, (title, keys) in enumerate(drawn):
+        axes = figure.add_subplot(len(drawn), 1, row + 1)
+        names = sorted({key for _, key in keys})
+        for index, key in keys:
+            steps, values = zip(*runs[index].scalars[key], strict=True)
+            style: dict[str, Any] = {"color": f"C{index}", "marker": MARKERS[names.index(key) % len(MARKERS)]} \
+                if several else {}
+            label = f"{runs[index].name or '.'}: {key}" if several else key
             if key.endswith("_lower_bound"):  # a censored value: a bound, drawn open and unconnected
-                axes.plot(steps, values, marker="^", ms=6, ls="none", fillstyle="none", label=f"{key} (> this)")
+                axes.plot(steps, values, **{"marker": "^", **style}, ms=6, ls="none", fillstyle="none",
+                          label=f"{label} (> this)")
             else:
-                axes.plot(steps, values, marker="o", ms=3, label=key)
+                axes.plot(steps, values, **{"marker": "o", **style}, ms=3, label=label)
         axes.set_title(title, fontsize=9)
         axes.set_xlabel("training step")
-        axes.legend(fontsize=7)
+        legend_outside(axes, below=True)
     return figure
 
 
-def history_figures(run: LoggedRun) -> dict[str, Figure]:
-    """The sections' figures by file stem."""
-    drawn = {name.lower().replace(" ", "-"): section_figure(run, panels) for name, panels in SECTIONS.items()}
+def history_figures(runs: Sequence[LoggedRun]) -> dict[str, Figure]:
+    """The sections' figures by file stem, the runs overlaid."""
+    drawn = {name.lower().replace(" ", "-"): section_figure(runs, panels) for name, panels in SECTIONS.items()}
     return {stem: figure for stem, figure in drawn.items() if figure is not None}
 
 
-def write_history_report(run: LoggedRun, out_dir: Path, title: str) -> dict[str, Any]:
-    """Write ``history.json``, ``figures/*.png`` and ``report.html`` into ``out_dir``; return the report."""
-    report = history_report(run)
-    drawn = history_figures(run)
+def write_history_report(runs: Sequence[LoggedRun], out_dir: Path, title: str) -> list[dict[str, Any]]:
+    """Write ``history.json`` (one run's :func:`history_report`, or ``{"runs": [...]}`` for several),
+    ``figures/*.png`` (the runs overlaid) and ``report.html`` into ``out_dir``; return the runs' reports."""
+    if not runs:
+        raise ValueError("runs: give at least one logged run")
+    reports = [history_report(run) for run in runs]
+    several = len(runs) > 1
+    drawn = history_figures(runs)
     write_figures(out_dir, drawn)
-    table = [{"metric": row["metric"], "first": row["first"], "at step": row["first_step"], "last": row["last"],
-              "at step ": row["last_step"], "runs": row["runs"]} for row in report["headline"]]
-    read = (f"Read the {html.escape(run.source)} log of run <code>{html.escape(report['run'])}</code> from "
-            + ", ".join(f"<code>{html.escape(file)}</code>" for file in run.files) + ".")
-    sections = [Section("What the run found", paragraphs=[*(html.escape(line) for line in findings(report)), read,
-                                                          *(html.escape(note) for note in run.notes)]),
+    table = [{**({"run": report["run"]} if several else {}), "metric": row["metric"], "first": row["first"],
+              "at step": row["first_step"], "last": row["last"], "at step ": row["last_step"], "runs": row["runs"]}
+             for report in reports for row in report["headline"]]
+    found = [f"{report['run']}: {line}" if several else line for report in reports for line in findings(report)]
+    read = [(f"Read the {html.escape(run.source)} log of run <code>{html.escape(report['run'])}</code> from "
+             + ", ".join(f"<code>{html.escape(file)}</code>" for file in run.files) + ".")
+            for run, report in zip(runs, reports, strict=True)]
+    notes = [html.escape(f"{run.name}: {note}" if several else note) for run in runs for note in run.notes]
+    sections = [Section("What the runs found" if several else "What the run found",
+                        paragraphs=[*(html.escape(line) for line in found), *read, *notes]),
                 Section("Key figures", tables=[("first and last value of each headline quantity", table)])]
     names = {stem: name for name in SECTIONS for stem in [name.lower().replace(" ", "-")]}
-    sections += [Section(names[stem], figures=[(figure, f"{names[stem]} over training ({run.source} log)")])
+    overlaid = f"runs {', '.join(report['run'] for report in reports)} overlaid, " if several else ""
+    sections += [Section(names[stem], figures=[(figure, f"{names[stem]} over training ({overlaid}"
+                                                        f"{runs[0].source} log)")])
                  for stem, figure in drawn.items()]
-    if run.images:  # the latest figures the run logged itself
-        images = "".join(f'<figure><img alt="{html.escape(tag)}" src="data:image/png;base64,'
-                         f'{base64.b64encode(data).decode()}"><figcaption>{html.escape(tag)} (latest)</figcaption>'
-                         "</figure>" for tag, data in sorted(run.images.items()))
-        sections.append(Section("Latest logged figures", paragraphs=[images]))
-    write_text(out_dir / "report.html", render_html(title, sections, {"source": run.source, "run": report["run"]}))
-    write_json(out_dir / "history.json", report)
-    return report
+    images = {(f"{run.name}: {tag}" if several else tag): data for run in runs for tag, data in run.images.items()}
+    if images:  # the latest figures the runs logged themselves
+        tags = "".join(f'<figure><img alt="{html.escape(tag)}" src="data:image/png;base64,'
+                       f'{base64.b64encode(data).decode()}"><figcaption>{html.escape(tag)} (latest)</figcaption>'
+                       "</figure>" for tag, data in sorted(images.items()))
+        sections.append(Section("Latest logged figures", paragraphs=[tags]))
+    write_text(out_dir / "report.html", render_html(title, sections, {"source": runs[0].source,
+                                                                      "run": ", ".join(r["run"] for r in reports)}))
+    write_json(out_dir / "history.json", {"runs": reports} if several else reports[0])
+    return reports
 
 
-__all__ = ["HEADLINE", "SECTIONS", "findings", "history_figures", "history_report", "matching",
+__all__ = ["HEADLINE", "MARKERS", "SECTIONS", "findings", "history_figures", "history_report", "matching",
            "write_history_report"]

@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 
 from .._io import atomic_write
 from ..diagnostics.claims import ClaimsReport
+from .figures import readable
 
 STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 1100px;
@@ -96,7 +97,7 @@ def quantile_text(summary: Mapping[str, Any], key: str) -> str:
 def figure_png(figure: Figure, dpi: int = 110) -> bytes:
     """PNG bytes of ``figure`` at ``dpi`` (the figure is closed)."""
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=dpi)
+    readable(figure).savefig(buffer, format="png", dpi=dpi)
     return buffer.getvalue()
 
 

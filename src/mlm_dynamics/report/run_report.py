@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
 from matplotlib.figure import Figure
 
 from ..experiments.config import to_dict
@@ -101,6 +102,21 @@ def draws(result: ChainRunResult, trajectory: Sequence[Mapping[str, Any]], per_t
     return rows
 
 
+def chain_traces(result: ChainRunResult, trajectory: Sequence[Mapping[str, Any]]) -> Figure | None:
+    """The trace figure (:func:`~.figures.chain_traces`) from the recorded rows of ``trajectory.csv``, from step 0
+    (distance 0); ``None`` when nothing was recorded."""
+    temperatures = result.config.per_chain_temperatures()
+    distance = {(int(row["step"]), int(row["chain"])): int(row["hamming_to_start"]) for row in trajectory}
+    steps = sorted({0, *(step for step, _ in distance)})
+    if len(steps) < 2:
+        return None
+    hamming = torch.tensor([[distance.get((step, chain), 0 if step == 0 else -1) for chain in range(len(temperatures))]
+                            for step in steps])
+    if (hamming < 0).any():
+        raise ValueError("trajectory.csv misses chains at some recorded steps; every record has all chains")
+    return figures.chain_traces(steps, hamming, temperatures, int(result.chains["num_sites"]))
+
+
 def run_figures(result: ChainRunResult) -> dict[str, Figure]:
     """The run's figures, by file stem."""
     out: dict[str, Figure] = {}
@@ -124,6 +140,8 @@ def run_figures(result: ChainRunResult) -> dict[str, Figure]:
 CAPTIONS = {
     "landscape": "PCA of the chains' hidden-state trajectories; coloured points: states inside a trap (by basin)",
     "drift": "drift from the start, in units of the distance to random fillings of the sites",
+    "traces": "trace of each chain per temperature: positions changed since its start (thick: the mean); flat near "
+              "0: the chain stays where it started",
     "coupling": "fraction of coupled pairs not yet met, per temperature: the transition from trapped to mixing",
     "rectangle": "rectangle statistics |R|: every rectangle above the tolerance certifies incompatibility",
     "margins": "local margins at the start and at the end of the chains",
@@ -140,6 +158,9 @@ def write_run_report(result: ChainRunResult, out_dir: Path) -> dict[str, Any]:
     with (out_dir / "trajectory.csv").open(newline="") as handle:
         recorded = list(csv.DictReader(handle))
     drawn = run_figures(result)
+    traces = chain_traces(result, recorded)
+    if traces is not None:
+        drawn = {"traces": traces, **drawn}
     write_figures(out_dir, drawn)
     sections = [] if result.claims is None else [claims_section(result.claims)]
     overall = [{"measure": "rectangles that certify incompatibility",

@@ -13,7 +13,7 @@ from matplotlib.ticker import NullFormatter, ScalarFormatter
 from ..diagnostics.survival import kaplan_meier
 from ..experiments.sweep import SweepResult
 from ..sampling.grid import START_KINDS
-from .figures import COLORMAP, colors, new_figure
+from .figures import COLORMAP, colors, legend_outside, new_figure, overlap_label
 
 
 def _grid(result: SweepResult) -> tuple[list[float], list[int]]:
@@ -67,9 +67,10 @@ def survival_curves(result: SweepResult, max_panels: int = 4) -> Figure:
     the two starts."""
     temperatures, lengths = _grid(result)
     shown = lengths[-max_panels:]
-    figure = new_figure(3.2 * len(shown), 3.4)
+    figure = new_figure(4.4 * len(shown), 3.6)
     for k, n in enumerate(shown):
         axes = figure.add_subplot(1, len(shown), k + 1)
+        drawn: dict[bytes, str] = {}
         for tau, color in zip(temperatures, colors(len(temperatures)), strict=True):
             cell = result.cell(tau, n)
             for kind, style in zip(range(len(START_KINDS)), ("-", "--"), strict=True):
@@ -81,14 +82,18 @@ def survival_curves(result: SweepResult, max_panels: int = 4) -> Figure:
                                    torch.tensor([cell.meeting.budget], dtype=torch.float64)])
                 survival = torch.cat([torch.ones(1, dtype=torch.float64), survival, survival[-1:] if len(survival)
                                       else torch.ones(1, dtype=torch.float64)])
+                name = f"tau={tau:g}" + ("" if kind == 0 else f" {START_KINDS[kind]}")
+                label, same = overlap_label(drawn, torch.cat([steps, survival]), name)
+                listed = same or kind == 0 or not (cell.kinds == 0).any()  # one entry per temperature, and overlaps
                 axes.step(steps.numpy(), survival.numpy(), where="post", color=color, ls=style,
-                          label=f"tau={tau:g}" if kind == 0 or not (cell.kinds == 0).any() else None)
+                          lw=3.0 if same else 1.2, alpha=0.6 if same else 1.0, label=label if listed else None)
         axes.set_title(f"n = {n}")
         axes.set_xlabel("step t")
         axes.set_ylim(-0.02, 1.02)
         if k == 0:
             axes.set_ylabel("P(T_meet > t) (dashed: random-random)")
-            axes.legend(fontsize=7)
+        if k == 0 or any("(same as" in str(line.get_label()) for line in axes.get_lines()):
+            legend_outside(axes)  # the temperatures once, and wherever a curve hides another
     return figure
 
 
@@ -121,7 +126,7 @@ def scaling_constants(result: SweepResult) -> Figure:
         crossing = result.influence.contraction_temperature()
         if math.isfinite(crossing) and crossing > min(result.influence.temperatures.tolist()):
             left.axvline(crossing, color="C3", ls="--", label=f"influence estimate < 1 from {crossing:.3g}")
-            left.legend(fontsize=7)
+            legend_outside(left, below=True)
     return figure
 
 
@@ -141,7 +146,7 @@ def tv_bounds(result: SweepResult) -> Figure:
     axes.set_xlabel("step t")
     axes.set_ylabel("bound on TV(mu_0 P^t, pi) (1: a pair never met)")
     axes.set_title(f"L-lag coupling bounds, n = {n}")
-    axes.legend(fontsize=8)
+    legend_outside(axes)
     return figure
 
 
@@ -160,7 +165,7 @@ def drift_curves(result: SweepResult, every: int) -> Figure:
     unit = " / distance to random fillings" if result.config.drift.relative else ""
     axes.set_ylabel(f"drift from the start ({result.config.drift.distance}{unit})")
     axes.set_title(f"Drift chains, n = {n} (dotted: hitting thresholds)")
-    axes.legend(fontsize=8)
+    legend_outside(axes)
     return figure
 
 

@@ -1,0 +1,260 @@
+"""Several runs side by side: ``mlm-dynamics compare OUT_A OUT_B [...]``.
+
+Reads the ``report.json`` each ``run`` or ``sweep`` job wrote (all of one job) and writes one page: where each run
+comes from (model and weights hash, package version, date, command), the verdicts of the paper's claims in one table
+(with the sample each rests on), the key numbers with their intervals and censoring, and the key figures with the
+runs overlaid: the median meeting time against temperature for ``run`` reports, ``C(tau)`` and the end of the slow
+region for sweeps. A censored median is drawn as an open triangle at its lower bound, never as a value. Runs are
+named by their folders (made unique by their parents where two share a name).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from matplotlib.axis import Axis
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, NullFormatter
+
+from .figures import legend_outside, new_figure
+from .html import Section, quantile_text, render_html, write_figures
+from .writers import write_json, write_text
+
+MARKERS = ("o", "s", "D", "^", "v", "P", "X", "*")
+
+
+def load_reports(folders: Sequence[Path]) -> list[tuple[str, dict[str, Any]]]:
+    """``(name, report.json)`` of each folder, in order; a ValueError naming the folder that has no readable report,
+    and when the reports are of different jobs or fewer than two."""
+    if len(folders) < 2:
+        raise ValueError(f"RUNS: compare needs at least two run folders, got {len(folders)}")
+    named = []
+    for folder in folders:
+        path = Path(folder) / "report.json"
+        try:
+            report = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ValueError(f"RUNS: {folder} has no report.json (point at a run or sweep --out folder)") from None
+        except (OSError, ValueError) as error:
+            raise ValueError(f"RUNS: {path} cannot be read as a report ({error})") from None
+        named.append((Path(folder), report))
+    kinds = {job_of(report, folder) for folder, report in named}
+    if len(kinds) > 1:
+        raise ValueError(f"RUNS: the folders hold reports of different jobs ({', '.join(sorted(kinds))}); compare "
+                         "runs with runs and sweeps with sweeps")
+    return list(zip(run_names([folder for folder, _ in named]), [report for _, report in named], strict=True))
+
+
+def job_of(report: dict[str, Any], folder: Path) -> str:
+    """``"run"`` or ``"sweep"``: the job that wrote ``report``; a ValueError naming ``folder`` otherwise."""
+    if "mixing" in report and "chains" in report:
+        return "run"
+    if "sweep" in report:
+        return "sweep"
+    raise ValueError(f"RUNS: {folder}/report.json is not a run or sweep report (semantics and rectangle-table "
+                     "reports have no counterpart to compare yet)")
+
+
+def run_names(folders: Sequence[Path]) -> list[str]:
+    """Each folder's name, with as many parent folders as it takes to tell it from the others."""
+    depth = 1
+    while True:
+        names = ["/".join(Path(folder).resolve().parts[-depth:]) for folder in folders]
+        if len(set(names)) == len(names) or depth > 8:
+            return names
+        depth += 1
+
+
+def provenance_rows(named: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One row per run: where it comes from."""
+    rows = []
+    for name, report in named:
+        environment = report.get("environment", {})
+        rows.append({"run": name, "model": environment.get("model", "—"),
+                     "weights": environment.get("weights_sha256") or "—",
+                     "mlm_dynamics": environment.get("mlm_dynamics", "—"), "date": environment.get("date", "—"),
+                     "command": environment.get("command", "—")})
+    return rows
+
+
+def claim_rows(named: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One row per claim, a column per run: its verdict, the sample it rests on and its plug-in power."""
+    rows: dict[str, dict[str, Any]] = {}
+    for name, report in named:
+        claims = (report.get("claims") or report.get("sweep", {}).get("claims") or {}).get("claims", [])
+        for claim in claims:
+            row = rows.setdefault(claim["name"], {"claim": claim["statement"]})
+            power = claim.get("power")
+            row[name] = (f"{claim['verdict']} ({claim.get('sample', '')}"
+                         + ("" if power is None or (isinstance(power, float) and math.isnan(power))
+                            else f"; power {power:.2f}") + ")")
+    return list(rows.values())
+
+
+def meeting_rows(named: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """``run`` reports: per temperature, each run's median meeting time (censoring-aware, with its interval and
+    coverage) and the fraction of pairs censored."""
+    rows: dict[float, dict[str, Any]] = {}
+    for name, report in named:
+        for entry in report["mixing"].get("by_temperature", []):
+            row = rows.setdefault(float(entry["temperature"]), {"tau": float(entry["temperature"])})
+            row[f"{name}: median meeting time"] = quantile_text(entry, "meeting_time_median")
+            row[f"{name}: censored"] = f"{entry['censored_fraction']:.2f} of {int(entry['num_pairs'])}"
+    return [rows[tau] for tau in sorted(rows)]
+
+
+def scaling_rows(named: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Sweeps: per temperature, each run's ``C(tau)`` with its interval, or why there is none (censored pairs)."""
+    rows: dict[float, dict[str, Any]] = {}
+    for name, report in named:
+        for fit in report["sweep"].get("fit", []):
+            row = rows.setdefault(float(fit["temperature"]), {"tau": float(fit["temperature"])})
+            row[f"{name}: C(tau)"] = (f"{fit['C']:.3g} [{fit['C_low']:.3g}, {fit['C_high']:.3g}]"
+                                      if fit.get("C") is not None else "no fit: " + str(fit.get("note", "")))
+    return [rows[tau] for tau in sorted(rows)]
+
+
+def meeting_entries(report: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
+    """The per-temperature meeting-time summaries of a report and what they are of: a run's ladder, or a sweep's
+    cells at its largest length."""
+    if "mixing" in report:
+        return report["mixing"].get("by_temperature", []), "the run's pairs"
+    cells = report["sweep"].get("cells", [])
+    largest = max((cell["num_sites"] for cell in cells), default=0)
+    return [cell for cell in cells if cell["num_sites"] == largest], f"n = {largest:g}"
+
+
+def meeting_figure(named: Sequence[tuple[str, dict[str, Any]]]) -> Figure:
+    """Median meeting time against temperature, a series per run: filled markers with their order-statistic
+    intervals where the median is known, open triangles at the lower bound where it is censored."""
+    figure = new_figure()
+    axes = figure.add_subplot()
+    for k, (name, report) in enumerate(named):
+        color, marker = f"C{k % 10}", MARKERS[k % len(MARKERS)]
+        known, censored = [], []
+        entries, of = meeting_entries(report)
+        name = f"{name} ({of})" if "sweep" in report else name
+        for entry in entries:
+            median = entry.get("meeting_time_median")
+            if median is not None:
+                low, high = entry.get("meeting_time_median_low"), entry.get("meeting_time_median_high")
+                known.append((entry["temperature"], median, low if low is not None else median,
+                              high if high is not None else median))
+            elif entry.get("meeting_time_median_lower_bound") is not None:
+                censored.append((entry["temperature"], entry["meeting_time_median_lower_bound"]))
+        offset = 1 + 0.03 * (k - (len(named) - 1) / 2)  # a small multiplicative nudge: equal values stay visible
+        if known:
+            taus, medians, lows, highs = zip(*known, strict=True)
+            axes.errorbar([t * offset for t in taus], medians,
+                          yerr=[[m - lo for m, lo in zip(medians, lows, strict=True)],
+                                [hi - m for m, hi in zip(medians, highs, strict=True)]],
+                          fmt=marker, color=color, capsize=3, label=f"{name}: median [interval]")
+        if censored:
+            taus, bounds = zip(*censored, strict=True)
+            axes.plot([t * offset for t in taus], bounds, ls="none", marker="^", ms=8, fillstyle="none",
+                      color=color, label=f"{name}: censored, > this")
+    temperature_axis(axes.xaxis, [entry["temperature"] for _, report in named for entry in meeting_entries(report)[0]])
+    axes.set_yscale("log")
+    axes.set_xlabel("temperature tau")
+    axes.set_ylabel("median meeting time (steps)")
+    axes.set_title("Coupled pairs: median meeting time by run")
+    legend_outside(axes)
+    return figure
+
+
+def scaling_figure(named: Sequence[tuple[str, dict[str, Any]]]) -> Figure:
+    """Sweeps: ``C(tau)`` with its interval per run, and the end of the slow region per length (a bar from the last
+    slow to the first fast temperature), a series per run."""
+    figure = new_figure(9.6, 3.8)
+    left, right = figure.add_subplot(1, 2, 1), figure.add_subplot(1, 2, 2)
+    for k, (name, report) in enumerate(named):
+        color, marker = f"C{k % 10}", MARKERS[k % len(MARKERS)]
+        fits = [fit for fit in report["sweep"].get("fit", []) if fit.get("C") is not None]
+        if fits:
+            left.errorbar([fit["temperature"] for fit in fits], [fit["C"] for fit in fits],
+                          yerr=[[fit["C"] - fit["C_low"] for fit in fits], [fit["C_high"] - fit["C"] for fit in fits]],
+                          fmt=marker, color=color, capsize=3, label=name)
+        for j, bracket in enumerate(report["sweep"].get("slow_region", [])):
+            height = bracket["num_sites"] * (1 + 0.15 * (k - (len(named) - 1) / 2))  # runs apart at equal n
+            # the last slow and the first fast temperature, where the sweep found them (0 or null: not in the grid)
+            ends = [t for t in (bracket["slow_up_to"], bracket["fast_from"]) if t is not None and t > 0]
+            if ends:
+                right.plot(ends, [height] * len(ends), color=color, marker="|", ms=10, lw=2,
+                           label=name if j == 0 else None)
+    temperature_axis(left.xaxis, [fit["temperature"] for _, report in named for fit in report["sweep"].get("fit", [])
+                                  if fit.get("C") is not None])
+    left.set_xlabel("temperature tau")
+    left.set_ylabel("C(tau) of T = n (C log n + B)")
+    left.set_title("Where every pair met")
+    right.set_xlabel("temperature tau (slow up to | fast from)")
+    right.set_ylabel("resampled sites n")
+    right.set_title("End of the slow region")
+    if right.get_lines():
+        brackets = [b for _, report in named for b in report["sweep"].get("slow_region", [])]
+        temperature_axis(right.xaxis, [t for b in brackets for t in (b["slow_up_to"], b["fast_from"])
+                                       if t is not None])
+        temperature_axis(right.yaxis, [b["num_sites"] for b in brackets])
+        legend_outside(right)
+    else:
+        right.text(0.5, 0.5, "no run bracketed a slow region", ha="center", va="center", transform=right.transAxes)
+    if left.containers:
+        legend_outside(left, below=True)
+    return figure
+
+
+def temperature_axis(axis: Axis, values: Sequence[float]) -> None:
+    """A log axis with ticks at ``values`` (at least 25 % apart, so their labels do not run into each other),
+    labelled plainly (``0.5``, not ``5 x 10^-1``)."""
+    axis.axes.set_xscale("log") if axis is axis.axes.xaxis else axis.axes.set_yscale("log")
+    ticks: list[float] = []
+    for value in sorted({float(v) for v in values if v and v > 0}):
+        if not ticks or value >= 1.25 * ticks[-1]:
+            ticks.append(value)
+    if ticks:
+        axis.set_ticks(ticks)
+    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def write_compare_report(folders: Sequence[Path], out_dir: Path) -> dict[str, Any]:
+    """Write ``compare.json``, ``figures/*.png`` and ``report.html`` into ``out_dir``; return what compare.json
+    holds."""
+    named = load_reports(folders)
+    kind = job_of(named[0][1], Path(folders[0]))
+    claims = claim_rows(named)
+    numbers = meeting_rows(named) if kind == "run" else scaling_rows(named)
+    drawn = {"meeting": meeting_figure(named)}
+    if kind == "sweep":
+        drawn["scaling"] = scaling_figure(named)
+    compared = {"job": kind, "runs": [name for name, _ in named], "folders": [str(f) for f in folders],
+                "provenance": provenance_rows(named), "claims": claims, "numbers": numbers}
+    title = {"run": "Meeting times by temperature", "sweep": "Meeting times, C(tau) and the slow region"}[kind]
+    sections = [
+        Section("What the runs found: the paper's claims, side by side", tables=[("claims", claims)]),
+        Section("Where each run comes from", tables=[("runs", provenance_rows(named))]),
+        Section(title, tables=[("key numbers (censored: > lower bound)", numbers)],
+                figures=[(figure, f"{html.escape(title)}, runs overlaid") for figure in drawn.values()]),
+    ]
+    write_figures(out_dir, drawn)
+    write_text(out_dir / "report.html", render_html(f"mlm_dynamics: {len(named)} {kind}s side by side", sections,
+                                                    {"runs": compared["runs"], "folders": compared["folders"]}))
+    write_json(out_dir / "compare.json", compared)
+    return compared
+
+
+def compare_summary(compared: dict[str, Any]) -> str:
+    """Printed by the command: the runs and each claim's verdicts."""
+    lines = [f"compared {len(compared['runs'])} {compared['job']}s: {', '.join(compared['runs'])}"]
+    for row in compared["claims"]:
+        verdicts = ", ".join(f"{name}: {str(row.get(name, '—')).split(' (')[0]}" for name in compared["runs"])
+        lines.append(f"  {row['claim']}: {verdicts}")
+    return "\n".join(lines)
+
+
+__all__ = ["claim_rows", "compare_summary", "load_reports", "meeting_entries", "meeting_rows", "provenance_rows",
+           "scaling_rows", "write_compare_report"]

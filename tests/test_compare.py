@@ -1,0 +1,84 @@
+"""`mlm-dynamics compare`: several runs on one page, their claims side by side, their numbers with intervals and
+censoring, the key figure overlaid; refusals name the folder."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers import SMALL_JOBS, figure_problems
+from mlm_dynamics.cli import main
+from mlm_dynamics.report.compare_report import load_reports, meeting_figure
+
+
+@pytest.fixture(scope="module")
+def two_sweeps(tmp_path_factory):
+    """The Ising sweep at two step budgets: the short one censors more pairs."""
+    out = tmp_path_factory.mktemp("sweeps")
+    preset, overrides = SMALL_JOBS["sweep"]
+    for name, budget in (("short", 6), ("long", 200)):
+        sets = [item for o in [*overrides, f"grid.max_steps={budget}"] for item in ("--set", o)]
+        assert main(["sweep", "--config", preset, "--out", str(out / name), "--quiet", *sets]) == 0
+    return out
+
+
+def test_two_sweeps_side_by_side(two_sweeps, tmp_path, capsys):
+    out = tmp_path / "compare"
+    assert main(["compare", str(two_sweeps / "short"), str(two_sweeps / "long"), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "compared 2 sweeps: short, long" in printed and f"report: {out / 'report.html'}" in printed
+    compared = json.loads((out / "compare.json").read_text())
+    assert compared["runs"] == ["short", "long"] and compared["job"] == "sweep"
+    assert {row["run"] for row in compared["provenance"]} == {"short", "long"}
+    claims = {row["claim"]: row for row in compared["claims"]}
+    assert all({"short", "long"} <= set(row) for row in claims.values())
+    for name in ("short", "long"):  # each run's numbers, as its own report.json has them
+        own = json.loads((two_sweeps / name / "report.json").read_text())["sweep"]["fit"]
+        for fit, row in zip(own, compared["numbers"], strict=True):
+            text = row[f"{name}: C(tau)"]
+            assert text.startswith("no fit") if fit["C"] is None else text.startswith(f"{fit['C']:.3g} [")
+    page = (out / "report.html").read_text()
+    assert page.index("claims, side by side") < page.index("Where each run comes from")
+    assert (out / "figures" / "scaling.png").is_file()
+
+
+def test_a_censored_median_is_drawn_as_a_bound_and_equal_runs_stay_apart():
+    entry = {"temperature": 1.0, "censored_fraction": 1.0, "num_pairs": 4, "meeting_time_median": None,
+             "meeting_time_median_lower_bound": 200.0, "meeting_time_median_confidence": 0.875}
+    met = {"temperature": 2.0, "censored_fraction": 0.0, "num_pairs": 4, "meeting_time_median": 50.0,
+           "meeting_time_median_low": 40.0, "meeting_time_median_high": 70.0, "meeting_time_median_confidence": 0.875}
+    report = {"mixing": {"by_temperature": [entry, met]}, "chains": {}}
+    figure = meeting_figure([("a", report), ("b", report)])
+    lines = figure.axes[0].get_lines()
+    bounds = [line for line in lines if line.get_marker() == "^"]
+    assert len(bounds) == 2 and all(line.get_fillstyle() == "none" for line in bounds)  # open: "> 200"
+    assert all(list(line.get_ydata()) == [200.0] for line in bounds)
+    assert len({float(line.get_xdata()[0]) for line in bounds}) == 2  # nudged apart, both visible
+    assert figure_problems(figure) == []
+
+
+def test_refusals_name_the_folder(two_sweeps, tmp_path, capsys):
+    with pytest.raises(ValueError, match="at least two"):
+        load_reports([two_sweeps / "short"])
+    assert main(["compare", str(two_sweeps / "short"), str(tmp_path), "--out", str(tmp_path / "c")]) == 2
+    assert f"{tmp_path} has no report.json" in capsys.readouterr().err
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "report.json").write_text(json.dumps({"mixing": {}, "chains": {}}))
+    assert main(["compare", str(two_sweeps / "short"), str(tmp_path / "run"), "--out", str(tmp_path / "c")]) == 2
+    assert "different jobs (run, sweep)" in capsys.readouterr().err
+
+
+def test_close_temperatures_do_not_crowd_the_tick_labels():
+    """Temperatures 1.4 and 1.5 side by side: their tick labels would run into each other."""
+    from mlm_dynamics.report.compare_report import scaling_figure
+
+    def report(temperatures):
+        fits = [{"temperature": t, "C": 2.0, "C_low": 1.0, "C_high": 3.0} for t in temperatures]
+        return {"sweep": {"fit": fits, "slow_region": [{"num_sites": 8, "slow_up_to": 0.5, "fast_from": 1.0}],
+                          "cells": []}}
+
+    figure = scaling_figure([("a", report([1.0, 1.4, 2.0])), ("b", report([1.0, 1.5, 2.5]))])
+    assert figure_problems(figure) == []
+    shown = [float(label.get_text()) for label in figure.axes[0].get_xticklabels() if label.get_text()]
+    assert 1.4 in shown and 1.5 not in shown  # the closer neighbour is left unlabelled
