@@ -21,11 +21,9 @@ from matplotlib.axis import Axis
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
-from .figures import legend_outside, new_figure
+from .figures import SERIES_MARKERS, legend_outside, new_figure
 from .html import Section, quantile_text, render_html, write_figures
 from .writers import write_json, write_text
-
-MARKERS = ("o", "s", "D", "^", "v", "P", "X", "*")
 
 
 def load_reports(folders: Sequence[Path]) -> list[tuple[str, dict[str, Any]]]:
@@ -135,7 +133,7 @@ def meeting_figure(named: Sequence[tuple[str, dict[str, Any]]]) -> Figure:
     figure = new_figure()
     axes = figure.add_subplot()
     for k, (name, report) in enumerate(named):
-        color, marker = f"C{k % 10}", MARKERS[k % len(MARKERS)]
+        color, marker = f"C{k % 10}", SERIES_MARKERS[k % len(SERIES_MARKERS)]
         known, censored = [], []
         entries, of = meeting_entries(report)
         name = f"{name} ({of})" if "sweep" in report else name
@@ -173,7 +171,7 @@ def scaling_figure(named: Sequence[tuple[str, dict[str, Any]]]) -> Figure:
     figure = new_figure(9.6, 3.8)
     left, right = figure.add_subplot(1, 2, 1), figure.add_subplot(1, 2, 2)
     for k, (name, report) in enumerate(named):
-        color, marker = f"C{k % 10}", MARKERS[k % len(MARKERS)]
+        color, marker = f"C{k % 10}", SERIES_MARKERS[k % len(SERIES_MARKERS)]
         fits = [fit for fit in report["sweep"].get("fit", []) if fit.get("C") is not None]
         if fits:
             left.errorbar([fit["temperature"] for fit in fits], [fit["C"] for fit in fits],

@@ -26,6 +26,7 @@ COLORMAP = "viridis"
 
 
 LEGEND_POINTS = 9  # the smallest text a figure carries, at its saved size
+SERIES_MARKERS = ("o", "s", "D", "v", "P", "X", "*", "h")  # one per overlaid series; "^" (open) means censored
 
 
 def new_figure(width: float = 7.6, height: float = 4.2) -> Figure:

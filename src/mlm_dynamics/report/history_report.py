@@ -21,7 +21,7 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from ..probes.keys import key_regex
-from .figures import legend_outside, new_figure
+from .figures import SERIES_MARKERS, legend_outside, new_figure
 from .html import Section, render_html, write_figures
 from .logs import LoggedRun
 from .writers import write_json, write_text
@@ -83,9 +83,6 @@ def findings(report: dict[str, Any]) -> list[str]:
     return lines or ["every quantity was measured once: run longer, or more often, to see a history"]
 
 
-MARKERS = ("o", "s", "D", "v", "P", "X")  # one per key when runs are overlaid (colour is the run)
-
-
 def section_figure(runs: Sequence[LoggedRun], panels: list[tuple[str, list[str]]]) -> Figure | None:
     """One panel per quantity, a line per logged key (stage, temperature) against the training step; with several
     runs overlaid, one colour per run and one marker per key, each line labelled ``run: key``."""
@@ -101,8 +98,8 @@ def section_figure(runs: Sequence[LoggedRun], panels: list[tuple[str, list[str]]
         names = sorted({key for _, key in keys})
         for index, key in keys:
             steps, values = zip(*runs[index].scalars[key], strict=True)
-            style: dict[str, Any] = {"color": f"C{index}", "marker": MARKERS[names.index(key) % len(MARKERS)]} \
-                if several else {}
+            marker = SERIES_MARKERS[names.index(key) % len(SERIES_MARKERS)]
+            style: dict[str, Any] = {"color": f"C{index}", "marker": marker} if several else {}
             label = f"{runs[index].name or '.'}: {key}" if several else key
             if key.endswith("_lower_bound"):  # a censored value: a bound, drawn open and unconnected
                 axes.plot(steps, values, **{"marker": "^", **style}, ms=6, ls="none", fillstyle="none",
@@ -158,5 +155,5 @@ def write_history_report(runs: Sequence[LoggedRun], out_dir: Path, title: str) -
     return reports
 
 
-__all__ = ["HEADLINE", "MARKERS", "SECTIONS", "findings", "history_figures", "history_report", "matching",
+__all__ = ["HEADLINE", "SECTIONS", "findings", "history_figures", "history_report", "matching",
            "write_history_report"]
