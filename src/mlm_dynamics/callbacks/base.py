@@ -226,13 +226,14 @@ class DiagnosticCallback(Callback):
         metrics = self.scheduled.run(pl_module, self.denoiser(pl_module), stage=stage)
         if metrics is None:
             return
-        metrics = finite(metrics)  # undefined values (no contraction on the grid, say) are not logged
-        if trainer.is_global_zero:  # loggers write on rank 0; pooled values are equal on every rank
-            step = trainer.fit_loop.epoch_loop._batches_that_stepped  # the step Lightning logs the module's values at
-            for logger in trainer.loggers:
-                logger.log_metrics(metrics, step=step)
-            self.log_extras(trainer, stage)
-        trainer.callback_metrics.update({name: torch.tensor(value) for name, value in metrics.items()})
+        with self.scheduled.charged():  # logging a run is part of its cost
+            metrics = finite(metrics)  # undefined values (no contraction on the grid, say) are not logged
+            if trainer.is_global_zero:  # loggers write on rank 0; pooled values are equal on every rank
+                step = trainer.fit_loop.epoch_loop._batches_that_stepped  # the step Lightning logs the module's at
+                for logger in trainer.loggers:
+                    logger.log_metrics(metrics, step=step)
+                self.log_extras(trainer, stage)
+            trainer.callback_metrics.update({name: torch.tensor(value) for name, value in metrics.items()})
 
     def log_extras(self, trainer: Trainer, stage: str) -> None:
         """After a run, on rank 0: the probe's figures at validation end when ``log_figures`` is set; subclasses add

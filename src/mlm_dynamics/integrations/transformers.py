@@ -216,14 +216,15 @@ class DiagnosticsCallback(TrainerCallback):
                 metrics.update(scheduled.run(model, self.denoiser, stage=stage) or {})
         finally:
             self._running = False
-        metrics = finite(metrics)
-        if not metrics:
-            return
-        self.latest.update(metrics)
-        state.log_history.append({**metrics, "step": state.global_step})
-        if self._handler is not None:  # every report_to integration, as Trainer.log would; not handler.on_log,
-            # which clears control.should_log and would cancel the Trainer's own logging at this step
-            self._handler.call_event("on_log", args, state, control, logs=dict(metrics))
+        with due[-1].charged():  # logging the runs is part of their cost (charged to the last)
+            metrics = finite(metrics)
+            if not metrics:
+                return
+            self.latest.update(metrics)
+            state.log_history.append({**metrics, "step": state.global_step})
+            if self._handler is not None:  # every report_to integration, as Trainer.log would; not handler.on_log,
+                # which clears control.should_log and would cancel the Trainer's own logging at this step
+                self._handler.call_event("on_log", args, state, control, logs=dict(metrics))
 
     # -- state -----------------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

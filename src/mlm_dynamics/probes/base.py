@@ -29,8 +29,10 @@ once, at the step it was measured (:func:`metric_key_table` lists every name).
 loop's own wall-clock time (training and evaluation alike): a due run happens only when the seconds spent so far plus
 the expected cost of one run fit within ``overhead`` times the loop's seconds; otherwise it is skipped and counted
 (``skipped_runs``), and every run logs the realised fraction (``overhead``). The diagnostics' seconds are all the
-probe does (copying start rows, runs, estimates) and what a run leaves behind: the excess of the optimizer step right
-after a run over a typical step (cold caches, kernels re-selected for the training shapes). The expected cost is the
+probe does (copying start rows, runs, estimates, the adapter logging a run's values: :meth:`ScheduledProbe.charged`)
+and what a run leaves behind: the excess of the optimizer step right after a run over a typical step (cold caches,
+kernels re-selected for the training shapes). The loop's seconds leave out what every probe of the process spent, so
+several probes on one loop share it without counting each other's runs as loop time. The expected cost is the
 last run's with its after-effect, and before the first run an estimate from the probe's forward rows and one timed
 forward, at setup and again on the first training batch (:attr:`ScheduledProbe.estimate`, one line the adapters log
 when the run is set up). ``budget_seconds`` is an absolute cap on top.
@@ -52,8 +54,8 @@ import logging
 import math
 import time
 import warnings
-from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext, suppress
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -130,6 +132,17 @@ def check_every(value: object, name: str) -> None:
     """A ValueError naming ``name`` unless ``value`` is ``None`` or an integer >= 1 (a step interval)."""
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
         raise ValueError(f"{name} must be an integer >= 1 (run every N optimizer steps) or None, got {value!r}")
+
+
+class _SharedClock:
+    """The seconds every :class:`ScheduledProbe` of this process has spent on diagnostics: each probe's loop clock
+    leaves them out, so one probe's run (or setup, or an adapter's logging) never counts as the loop's time of
+    another probe watching the same loop."""
+
+    seconds = 0.0
+
+
+_SHARED = _SharedClock()
 
 
 class ScheduledProbe:
@@ -214,7 +227,9 @@ class ScheduledProbe:
         self._next_estimate = 0.0  # the loop's seconds at which that estimate is timed again (before a first run)
         self._seen_step, self._loop_at_step, self._after_run = -1, 0.0, False
         self._typical_step: float | None = None  # the loop's seconds per optimizer step, away from runs
+        self._left_behind, self._after_runs, self._last_run_seconds = 0.0, 0, 0.0  # charged after runs; runs; last
         self._mark: float | None = None
+        self._shared_at_mark = 0.0
         self._warned: set[str] = set()
         self.latest: BatchRows | None = None
         self.last_metrics: dict[str, float] = {}
@@ -223,12 +238,37 @@ class ScheduledProbe:
     # -- start states ------------------------------------------------------------------------------------------------
     def tick(self) -> None:
         """Count the loop's wall-clock time since the last tick (or the end of the last run): what ``overhead`` is a
-        fraction of. ``capture``, ``due`` and ``run`` tick; a loop that calls none of them between steps loses no
-        time, it is counted at the next call."""
+        fraction of, less what every probe of the process spent on diagnostics meanwhile (another probe's run is not
+        this loop's time). ``capture``, ``due`` and ``run`` tick; a loop that calls none of them between steps loses
+        no time, it is counted at the next call."""
         now = time.perf_counter()
         if self._mark is not None:
-            self.loop_seconds += now - self._mark
-        self._mark = now
+            self.loop_seconds += max(0.0, now - self._mark - (_SHARED.seconds - self._shared_at_mark))
+        self._restart(now)
+
+    def _restart(self, now: float | None = None) -> None:
+        """The loop's clock runs again from ``now`` (default: this instant)."""
+        self._mark = time.perf_counter() if now is None else now
+        self._shared_at_mark = _SHARED.seconds
+
+    def _spent(self, seconds: float, *, charged: bool = True) -> None:
+        """Diagnostics that took ``seconds`` just ended: this probe's (unless not ``charged``: the setup), and off
+        every probe's loop clock."""
+        if charged:
+            self.seconds_used += seconds
+        _SHARED.seconds += seconds
+        self._restart()
+
+    @contextmanager
+    def charged(self) -> Iterator[None]:
+        """Diagnostics work outside a run (an adapter logging a run's values or drawing its figures): its seconds
+        count as this probe's, and off every probe's loop clock."""
+        self.tick()
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._spent(time.perf_counter() - started)
 
     def capture(self, batch: Any) -> None:
         """Keep the first rows of ``batch`` as the next run's starts (unless ``start_tokens`` were given); the copy's
@@ -236,6 +276,7 @@ class ScheduledProbe:
         the previous starts (``strict=True``: a ValueError)."""
         self.tick()
         if self.start_tokens is None:
+            started = time.perf_counter()
             try:
                 self.latest = batch_rows(batch, self.num_starts, self.batch_to_tokens)
             except ValueError as error:  # a batch the probe cannot read never ends the fit (unless strict)
@@ -243,9 +284,7 @@ class ScheduledProbe:
                     raise
                 self._warn_once("capture", f"{type(self.probe).__name__}: {error}; the runs fail until a batch can "
                                 "be read (failed_runs counts them), the fit goes on")
-            now = time.perf_counter()
-            self.seconds_used += now - (self._mark or now)
-            self._mark = now
+            self._spent(time.perf_counter() - started)
 
     def starts(self, denoiser: Denoiser) -> StartStates:
         """The start states of the next run, on the denoiser's device."""
@@ -276,14 +315,20 @@ class ScheduledProbe:
     def _account_step(self) -> None:
         """Once per optimizer step: the loop's seconds since the previous step. The step after a run is charged its
         excess over the typical step (an average of the steps after no run) to the diagnostics: what a run leaves
-        behind (cold caches, kernels re-selected for the training shapes) is its cost, not the loop's."""
+        behind (cold caches, kernels re-selected for the training shapes) is its cost, not the loop's. The excess is
+        signed, so that step-time noise cancels over the runs (charging only its positive part would bill every run
+        for noise, about 0.4 standard deviations of a step each), and the total charged never goes below 0; the next
+        run's estimate is the last run's seconds plus the mean charged per run."""
         seconds = self.loop_seconds - self._loop_at_step
         if self._after_run:
             if self._typical_step is not None:
-                excess = max(0.0, seconds - self._typical_step)
+                excess = max(seconds - self._typical_step, -self._left_behind)
+                self._left_behind += excess
+                self._after_runs += 1
                 self.loop_seconds -= excess
                 self.seconds_used += excess
-                self.estimate = (self.estimate or 0.0) + excess  # the next run will leave as much behind
+                if self.runs:  # the next run will leave as much behind as runs did on average
+                    self.estimate = self._last_run_seconds + self._left_behind / self._after_runs
         elif self._loop_at_step > 0:
             self._typical_step = seconds if self._typical_step is None else 0.9 * self._typical_step + 0.1 * seconds
         self._after_run = False
@@ -292,7 +337,8 @@ class ScheduledProbe:
     def prepare(self, module: nn.Module, denoiser: Denoiser) -> None:
         """Check everything a run needs before the first one: the denoiser's output shape, the start tokens, and the
         probe's own options on one start row (:meth:`Probe.bind`), under the same isolation as a run; estimate a
-        run's cost; the loop's clock starts here."""
+        run's cost; the loop's clock starts here (the setup's seconds are not the loop's, nor the budget's)."""
+        started = time.perf_counter()
         rows = self.starts(denoiser) if self.start_tokens is not None else start_states(denoiser,
                                                                                         placeholder_rows(denoiser))
         with isolated(module, denoiser, device=denoiser.device):
@@ -305,7 +351,7 @@ class ScheduledProbe:
             self._measured_estimate = self.estimate
         if self.estimate_line:
             LOGGER.info(self.estimate_line)
-        self._mark = time.perf_counter()
+        self._spent(time.perf_counter() - started, charged=False)
 
     def _estimate(self, module: nn.Module, denoiser: Denoiser, rows: StartStates) -> float | None:
         """The expected seconds of a run on ``rows``: one timed forward of ``num_starts`` rows like them (isolated),
@@ -363,12 +409,11 @@ class ScheduledProbe:
             metrics = {}
         finally:
             elapsed = time.perf_counter() - started
-            self.seconds_used += elapsed
-            self._mark = time.perf_counter()  # the run's own time is not the loop's
+            self._spent(elapsed)  # the run's own time is not the loop's
             self._after_run = True
         if metrics:
             self.runs += 1
-            self.estimate = elapsed
+            self.estimate = self._last_run_seconds = elapsed
         if self.budget_seconds is not None and self.seconds_used >= self.budget_seconds and _rank() == 0:
             warnings.warn(f"{type(self.probe).__name__}: diagnostics budget of {self.budget_seconds}s spent; no "
                           "further runs", stacklevel=2)
@@ -390,8 +435,7 @@ class ScheduledProbe:
             if timed is not None:
                 self._measured_estimate = min(timed, self._measured_estimate or timed)
                 self.estimate = self._measured_estimate
-        self._mark = time.perf_counter()
-        self.seconds_used += self._mark - started
+        self._spent(time.perf_counter() - started)
 
     def affordable(self, spent: float) -> bool:
         """Whether one more run (expected: :attr:`estimate` seconds) keeps the diagnostics within ``overhead`` of
