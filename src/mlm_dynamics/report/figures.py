@@ -274,7 +274,7 @@ def dwell_distribution(dwell: Mapping[float, Sequence[float]]) -> Figure:
     return figure
 
 
-__all__ = ["COLORMAP", "LEGEND_POINTS", "basin_colors", "colors", "dobrushin_curve", "drift_over_time",
-           "dwell_distribution", "ladder_survival", "landscape_by_temperature", "legend_outside", "margin_distribution",
-           "new_figure", "overlap_label", "pca_landscape", "readable", "rectangle_histogram", "survival_steps",
-           "topic_fractions_over_time"]
+__all__ = ["COLORMAP", "LEGEND_POINTS", "SERIES_MARKERS", "basin_colors", "chain_traces", "colors", "dobrushin_curve",
+           "drift_over_time", "dwell_distribution", "ladder_survival", "landscape_by_temperature", "legend_outside",
+           "margin_distribution", "new_figure", "overlap_label", "pca_landscape", "readable", "rectangle_histogram",
+           "survival_steps", "topic_fractions_over_time"]

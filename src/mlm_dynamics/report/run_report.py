@@ -232,4 +232,5 @@ def run_summary(result: ChainRunResult) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["CAPTIONS", "draws", "key_figures", "run_figures", "run_report", "run_summary", "write_run_report"]
+__all__ = ["CAPTIONS", "chain_traces", "draws", "key_figures", "run_figures", "run_report", "run_summary",
+           "write_run_report"]
