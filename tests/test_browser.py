@@ -97,7 +97,15 @@ def test_job_reports_render_cleanly_and_lead_with_what_the_run_found(browser, re
     toc = page.evaluate("Array.from(document.querySelectorAll('nav.toc a')).map(a => a.textContent)")
     assert toc == headings, (toc, headings)  # the contents list every section, in order
     assert page.evaluate("document.images.length") >= 2
+    # the first screen names where the run comes from and opens the verdicts
+    provenance = page.evaluate("[document.querySelector('p.provenance').textContent, "
+                               "document.querySelector('p.provenance').getBoundingClientRect().bottom]")
+    assert provenance[1] < VIEWPORT["height"], provenance
+    verdicts_top = page.evaluate("document.querySelector('h2').getBoundingClientRect().top")
+    assert verdicts_top < VIEWPORT["height"] - 100, verdicts_top
+    assert "mlm dynamics " in provenance[0] and " date 20" in provenance[0], provenance  # version and date
     if job == "run":
+        assert {"Draws", "Traces"} <= set(headings), headings  # the chains themselves, as text and as traces
         assert headings[1] == "Key figures"
         first_screen = page.evaluate("document.querySelector('h2:nth-of-type(2)').getBoundingClientRect().top")
         assert first_screen < VIEWPORT["height"] * 2, first_screen  # the key figures are near the top

@@ -54,6 +54,7 @@ def test_report_command_renders_the_history_from_each_format(logged, tmp_path, n
     history = json.loads((out / "history.json").read_text())
     headline = {row["metric"]: row for row in history["headline"]}
     assert headline["mixing/train/censored_fraction"]["runs"] == 2 and history["source"] == name
+    assert set(history["environment"]) == {"mlm_dynamics", "date", "command"}  # what made the report
     page = (out / "report.html").read_text()
     assert "What the run found" in page and page.count("<img") >= 4  # a figure per section, and the logged ones
     assert "mixing/train/censored_fraction" in capsys.readouterr().out

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import platform
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -13,7 +11,7 @@ import torch
 import transformers
 from torch import Tensor
 
-from .._version import __version__
+from .._provenance import generated_by
 from ..models.base import Denoiser
 from ..models.huggingface import MaskedLMDenoiser, TextCodec
 from ..models.pretrained import (
@@ -126,12 +124,12 @@ def provenance(spec: ModelConfig, denoiser: Denoiser) -> dict[str, str]:
     device = denoiser.device
     machine = (torch.cuda.get_device_name(device) if device.type == "cuda"
                else platform.processor() or platform.machine())
+    made = generated_by()
     return {"model": name, "weights_sha256": weights_digest(local) if local is not None and local.is_dir() else "",
-            "mlm_dynamics": __version__, "torch": str(torch.__version__), "transformers": transformers.__version__,
-            "python": platform.python_version(), "device": str(device), "device_name": machine,
-            "threads": str(torch.get_num_threads()), "platform": platform.platform(),
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "command": " ".join(Path(sys.argv[0]).name if k == 0 else arg for k, arg in enumerate(sys.argv))}
+            "mlm_dynamics": made["mlm_dynamics"], "torch": str(torch.__version__),
+            "transformers": transformers.__version__, "python": platform.python_version(), "device": str(device),
+            "device_name": machine, "threads": str(torch.get_num_threads()), "platform": platform.platform(),
+            "date": made["date"], "command": made["command"]}
 
 
 __all__ = ["Codec", "build_model", "crop_context", "provenance", "start_tokens", "weights_digest", "window_sites"]

@@ -22,7 +22,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from .figures import SERIES_MARKERS, legend_outside, new_figure
-from .html import Section, quantile_text, render_html, write_figures
+from .html import Section, generated_by, quantile_text, render_html, write_figures
 from .writers import write_json, write_text
 
 
@@ -229,8 +229,9 @@ def write_compare_report(folders: Sequence[Path], out_dir: Path) -> dict[str, An
     drawn = {"meeting": meeting_figure(named)}
     if kind == "sweep":
         drawn["scaling"] = scaling_figure(named)
+    made = generated_by()
     compared = {"job": kind, "runs": [name for name, _ in named], "folders": [str(f) for f in folders],
-                "provenance": provenance_rows(named), "claims": claims, "numbers": numbers}
+                "provenance": provenance_rows(named), "claims": claims, "numbers": numbers, "environment": made}
     title = {"run": "Meeting times by temperature", "sweep": "Meeting times, C(tau) and the slow region"}[kind]
     sections = [
         Section("What the runs found: the paper's claims, side by side", tables=[("claims", claims)]),
@@ -240,7 +241,8 @@ def write_compare_report(folders: Sequence[Path], out_dir: Path) -> dict[str, An
     ]
     write_figures(out_dir, drawn)
     write_text(out_dir / "report.html", render_html(f"mlm_dynamics: {len(named)} {kind}s side by side", sections,
-                                                    {"runs": compared["runs"], "folders": compared["folders"]}))
+                                                    {"runs": compared["runs"], "folders": compared["folders"]},
+                                                    made))
     write_json(out_dir / "compare.json", compared)
     return compared
 

@@ -22,7 +22,7 @@ from matplotlib.figure import Figure
 
 from ..probes.keys import key_regex
 from .figures import SERIES_MARKERS, legend_outside, new_figure
-from .html import Section, render_html, write_figures
+from .html import Section, generated_by, render_html, write_figures
 from .logs import LoggedRun
 from .writers import write_json, write_text
 
@@ -119,8 +119,9 @@ def history_figures(runs: Sequence[LoggedRun]) -> dict[str, Figure]:
 
 
 def write_history_report(runs: Sequence[LoggedRun], out_dir: Path, title: str) -> list[dict[str, Any]]:
-    """Write ``history.json`` (one run's :func:`history_report`, or ``{"runs": [...]}`` for several),
-    ``figures/*.png`` (the runs overlaid) and ``report.html`` into ``out_dir``; return the runs' reports."""
+    """Write ``history.json`` (one run's :func:`history_report`, or ``{"runs": [...]}`` for several, with the
+    ``environment`` that made it), ``figures/*.png`` (the runs overlaid) and ``report.html`` into ``out_dir``;
+    return the runs' reports."""
     if not runs:
         raise ValueError("runs: give at least one logged run")
     reports = [history_report(run) for run in runs]
@@ -149,9 +150,11 @@ def write_history_report(runs: Sequence[LoggedRun], out_dir: Path, title: str) -
                        f'{base64.b64encode(data).decode()}"><figcaption>{html.escape(tag)} (latest)</figcaption>'
                        "</figure>" for tag, data in sorted(images.items()))
         sections.append(Section("Latest logged figures", paragraphs=[tags]))
+    made = generated_by()
     write_text(out_dir / "report.html", render_html(title, sections, {"source": runs[0].source,
-                                                                      "run": ", ".join(r["run"] for r in reports)}))
-    write_json(out_dir / "history.json", {"runs": reports} if several else reports[0])
+                                                                      "run": ", ".join(r["run"] for r in reports)},
+                                                    made))
+    write_json(out_dir / "history.json", {**({"runs": reports} if several else reports[0]), "environment": made})
     return reports
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from .._io import atomic_write
+from .._provenance import generated_by
 from ..diagnostics.claims import ClaimsReport
 from .figures import readable
 
@@ -178,5 +179,6 @@ def render_html(title: str, sections: Sequence[Section], config: Mapping[str, An
     return "".join(parts)
 
 
-__all__ = ["PROVENANCE_KEYS", "STYLE", "Markup", "Section", "claims_section", "figure_png", "marked_changes",
+__all__ = ["PROVENANCE_KEYS", "STYLE", "Markup", "Section", "claims_section", "figure_png", "generated_by",
+           "marked_changes",
            "provenance_line", "quantile_text", "render_html", "write_figures"]
