@@ -44,7 +44,8 @@ failure of the diagnostic but a broken contract with the loop: it always raises.
 
 **Several processes** (DDP): every rank calls :meth:`ScheduledProbe.run` at the same points; the budget is decided
 on the maximum of the ranks' seconds (an all-reduce), pooled probes (meeting times, rectangles) measure on every
-rank and reduce through torchmetrics, the others run on rank 0 only.
+rank and reduce through torchmetrics (their logged ``overhead`` is the busiest rank's), the others run on rank 0
+only.
 """
 
 from __future__ import annotations
@@ -417,8 +418,11 @@ class ScheduledProbe:
         if self.budget_seconds is not None and self.seconds_used >= self.budget_seconds and _rank() == 0:
             warnings.warn(f"{type(self.probe).__name__}: diagnostics budget of {self.budget_seconds}s spent; no "
                           "further runs", stacklevel=2)
+        fraction = self.seconds_used / self.loop_seconds if self.loop_seconds > 0 else math.nan
+        if self.probe.pooled:  # every rank measured: log the busiest rank's fraction, the same value on every rank
+            fraction = _max_over_ranks(fraction)
         bookkeeping = {"failed_runs": float(self.failed_runs), "skipped_runs": float(self.skipped_runs),
-                       "overhead": self.seconds_used / self.loop_seconds if self.loop_seconds > 0 else math.nan}
+                       "overhead": fraction}
         self.last_metrics = {f"{name}{key}": value for key, value in {**metrics, **bookkeeping}.items()}
         return self.last_metrics
 
