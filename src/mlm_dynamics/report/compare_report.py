@@ -17,11 +17,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from matplotlib.axis import Axis
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, NullFormatter
 
-from .figures import SERIES_MARKERS, legend_outside, new_figure
+from .figures import SERIES_MARKERS, legend_outside, new_figure, temperature_axis
 from .html import Section, generated_by, quantile_text, render_html, write_figures
 from .writers import write_json, write_text
 
@@ -203,20 +201,6 @@ def scaling_figure(named: Sequence[tuple[str, dict[str, Any]]]) -> Figure:
     if left.containers:
         legend_outside(left, below=True)
     return figure
-
-
-def temperature_axis(axis: Axis, values: Sequence[float]) -> None:
-    """A log axis with ticks at ``values`` (at least 25 % apart, so their labels do not run into each other),
-    labelled plainly (``0.5``, not ``5 x 10^-1``)."""
-    axis.axes.set_xscale("log") if axis is axis.axes.xaxis else axis.axes.set_yscale("log")
-    ticks: list[float] = []
-    for value in sorted({float(v) for v in values if v and v > 0}):
-        if not ticks or value >= 1.25 * ticks[-1]:
-            ticks.append(value)
-    if ticks:
-        axis.set_ticks(ticks)
-    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
-    axis.set_minor_formatter(NullFormatter())
 
 
 def write_compare_report(folders: Sequence[Path], out_dir: Path) -> dict[str, Any]:

@@ -12,9 +12,10 @@ from collections.abc import Mapping, Sequence
 
 import torch
 from matplotlib.axes import Axes
+from matplotlib.axis import Axis
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import ScalarFormatter
+from matplotlib.ticker import FuncFormatter, NullFormatter, ScalarFormatter
 from torch import Tensor
 
 from ..diagnostics.influence import InfluenceEstimate
@@ -57,6 +58,20 @@ def readable(figure: Figure) -> Figure:
                 formatter.set_useOffset(False)
                 formatter.set_scientific(False)
     return figure
+
+
+def temperature_axis(axis: Axis, values: Sequence[float]) -> None:
+    """A log axis with ticks at ``values`` (at least 25 % apart, so their labels do not run into each other),
+    labelled plainly (``0.5``, not ``5 x 10^-1``)."""
+    axis.axes.set_xscale("log") if axis is axis.axes.xaxis else axis.axes.set_yscale("log")
+    ticks: list[float] = []
+    for value in sorted({float(v) for v in values if v and v > 0}):
+        if not ticks or value >= 1.25 * ticks[-1]:
+            ticks.append(value)
+    if ticks:
+        axis.set_ticks(ticks)
+    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    axis.set_minor_formatter(NullFormatter())
 
 
 def rectangle_histogram(report: RectangleReport) -> Figure:
@@ -186,7 +201,7 @@ def dobrushin_curve(estimate: InfluenceEstimate) -> Figure:
     axes.plot(estimate.temperatures.numpy(), estimate.dobrushin.numpy(), "o-", label="alpha(tau) (column sums)")
     axes.plot(estimate.temperatures.numpy(), estimate.row_sums.amax(1).numpy(), "s--", label="max row sum")
     axes.axhline(1.0, color="C3", lw=1, label="contraction: alpha < 1")
-    axes.set_xscale("log")
+    temperature_axis(axes.xaxis, estimate.temperatures.tolist())
     axes.set_xlabel("temperature tau")
     axes.set_ylabel("influence sum")
     axes.set_title(f"Dobrushin coefficient on {len(estimate.sites)} sites (lower estimates)")
@@ -277,4 +292,4 @@ def dwell_distribution(dwell: Mapping[float, Sequence[float]]) -> Figure:
 __all__ = ["COLORMAP", "LEGEND_POINTS", "SERIES_MARKERS", "basin_colors", "chain_traces", "colors", "dobrushin_curve",
            "drift_over_time", "dwell_distribution", "ladder_survival", "landscape_by_temperature", "legend_outside",
            "margin_distribution", "new_figure", "overlap_label", "pca_landscape", "readable", "rectangle_histogram",
-           "survival_steps", "topic_fractions_over_time"]
+           "survival_steps", "temperature_axis", "topic_fractions_over_time"]

@@ -8,12 +8,11 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
-from matplotlib.ticker import NullFormatter, ScalarFormatter
 
 from ..diagnostics.survival import kaplan_meier
 from ..experiments.sweep import SweepResult
 from ..sampling.grid import START_KINDS
-from .figures import COLORMAP, colors, legend_outside, new_figure, overlap_label
+from .figures import COLORMAP, colors, legend_outside, new_figure, overlap_label, temperature_axis
 
 
 def _grid(result: SweepResult) -> tuple[list[float], list[int]]:
@@ -112,11 +111,7 @@ def scaling_constants(result: SweepResult) -> Figure:
                            fmt="o", color="C1", capsize=3)
     right.axhline(1.0, color="grey", ls=":", lw=1)
     for axes in (left, right):
-        axes.set_xscale("log")
-        axes.xaxis.set_major_formatter(ScalarFormatter())
-        axes.xaxis.set_minor_formatter(NullFormatter())
-        if fits:
-            axes.set_xticks(list(fits))
+        temperature_axis(axes.xaxis, list(fits))
         axes.set_xlabel("temperature tau")
     left.set_ylabel("C(tau)")
     left.set_title("T = n (C log n + B), temperatures where every pair met", fontsize=10)
