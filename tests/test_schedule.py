@@ -9,6 +9,7 @@ import warnings
 import pytest
 import torch
 
+from mlm_dynamics.models.base import OutOfTime, forward_deadline
 from mlm_dynamics.probes import base
 from mlm_dynamics.probes.base import Probe, ScheduledProbe, WeightsNotRestored
 from mlm_dynamics.training.masked_lm import tiny_bert_denoiser
@@ -45,6 +46,27 @@ class Costly(Probe):
         return 100
 
 
+class Chatty(Probe):
+    """A probe that says a run costs ``claimed`` forward rows but computes ``rows`` (4 at a time, each forward on
+    the fake clock through the fixture): its estimate before the first run is ``rows / claimed`` times too low."""
+
+    group = "chatty"
+
+    def __init__(self, rows: int, claimed: int) -> None:
+        self.rows, self.claimed = rows, claimed
+
+    def keys(self):
+        return ()
+
+    def measure(self, denoiser, starts, generator):
+        for _ in range(self.rows // 4):
+            denoiser.conditional_logits(starts.tokens, starts.sites[:, :1])
+        return {"value": float(torch.rand((), generator=generator))}
+
+    def forward_rows(self, rows, sites):
+        return self.claimed
+
+
 @pytest.fixture
 def clock(monkeypatch):
     fake = Clock()
@@ -61,8 +83,9 @@ def denoiser(clock):
     forward = model.conditional_logits
 
     def timed(tokens, *args, **kwargs):
+        logits = forward(tokens, *args, **kwargs)  # (refused before it starts, under a deadline that has passed)
         clock.now += 0.02 * tokens.numel() / 32
-        return forward(tokens, *args, **kwargs)
+        return logits
 
     model.conditional_logits = timed
     return model
@@ -127,6 +150,42 @@ def test_probes_on_one_loop_do_not_count_each_others_runs_or_logging_as_loop_tim
     # realised fraction may pass 0.1 by the logging of its last run only
     assert 0.1 - 2.25 / 200 <= first.seconds_used / 200 <= 0.1 + 0.25 / 200
     assert 0.1 - 3.0 / 200 <= second.seconds_used / 200 <= 0.1
+
+
+def test_forward_deadline_refuses_the_next_forward_once_passed(clock, denoiser):
+    """Each forward of 4 rows of 32 tokens takes 0.08 s of the fake clock: a 0.2 s deadline lets three start (the
+    third begins at 0.16 s and ends at 0.24 s: one forward past it) and refuses the fourth, with 12 rows counted."""
+    tokens = batch()
+    sites = torch.full((4, 1), 3)
+    done = 0
+    with pytest.raises(OutOfTime), forward_deadline(0.2) as limit:
+        for _ in range(10):
+            denoiser.conditional_logits(tokens, sites)
+            done += 1
+    assert done == 3 and limit.rows == 12 and clock.now == pytest.approx(0.24)
+    denoiser.conditional_logits(tokens, sites)  # outside the block: no deadline
+
+
+@pytest.mark.parametrize("fraction", [0.01, 0.05, 0.2])
+def test_a_run_costlier_than_its_estimate_is_stopped_at_the_budget(clock, denoiser, fraction):
+    """A probe that claims 100 forward rows but computes 1000 (2 s estimated, 20 s true on the training batch):
+    without the deadline its first run would take 20 s when 2 s fit, ten times its share. Held to what is left of the
+    budget, no run ever takes the diagnostics past the fraction by more than one forward (0.08 s); a stopped run
+    logs no value and counts in stopped_runs; its extrapolated cost (twice its seconds: the claim is exceeded, the
+    probe cannot say more) lets later runs complete, and the realised fraction ends within 20 % of the request."""
+    scheduled = ScheduledProbe(Chatty(rows=1000, claimed=100), every_n_steps=1, overhead=fraction)
+    scheduled.prepare(denoiser.model, denoiser)
+    logged = []
+    for step in range(1, 20001):
+        clock.now += 0.5
+        scheduled.capture(batch())
+        if scheduled.due(step) and (metrics := scheduled.run(denoiser.model, denoiser, stage="train")) is not None:
+            logged.append(metrics)
+            assert scheduled.seconds_used <= fraction * scheduled.loop_seconds + 0.08 + 1e-9
+    stopped = [m for m in logged if "chatty/train/value" not in m]
+    assert stopped and scheduled.stopped_runs == len(stopped) == stopped[-1]["chatty/train/stopped_runs"]
+    assert scheduled.runs > 0 and scheduled.estimate == pytest.approx(20.0, rel=0.05)
+    assert scheduled.seconds_used / scheduled.loop_seconds == pytest.approx(fraction, rel=0.2)
 
 
 def test_without_a_cap_every_due_run_happens(clock, denoiser):

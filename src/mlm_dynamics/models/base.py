@@ -11,13 +11,19 @@ Everything that builds rows from given rows (chains, coupled pairs, rectangles, 
 each row's mask along.
 
 Everything in :mod:`mlm_dynamics` (sampler, coupling, rectangle test, influence, margins) talks to models only
-through :meth:`Denoiser.conditional_logits` and :class:`VocabInfo`.
+through :meth:`Denoiser.conditional_logits` and :class:`VocabInfo`. That one door also keeps time: under
+:func:`forward_deadline` it counts the forward rows and refuses the next forward pass once the deadline has passed
+(:class:`OutOfTime`), which is how a scheduled run is held to its budget.
 """
 
 from __future__ import annotations
 
 import abc
 import math
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 import torch
@@ -86,6 +92,41 @@ def check_attention_mask(attention_mask: Tensor | None, tokens: Tensor) -> Tenso
     return None if bool(mask.all()) else mask
 
 
+class OutOfTime(Exception):
+    """The deadline of :func:`forward_deadline` passed: raised before the next forward pass (not an error of the
+    model: the caller discards the work and knows, from :attr:`Deadline.rows`, how far it got)."""
+
+
+@dataclass
+class Deadline:
+    """A forward-pass deadline: ``at`` in ``time.perf_counter`` seconds, and the forward ``rows`` done under it."""
+
+    at: float
+    rows: int = 0
+
+    def admit(self, rows: int) -> None:
+        """Count ``rows`` about to be computed, or raise :class:`OutOfTime` if the deadline has passed."""
+        if time.perf_counter() >= self.at:
+            raise OutOfTime(f"deadline passed after {self.rows} forward rows")
+        self.rows += rows
+
+
+_DEADLINE: ContextVar[Deadline | None] = ContextVar("mlm_dynamics_forward_deadline", default=None)
+
+
+@contextmanager
+def forward_deadline(seconds: float) -> Iterator[Deadline]:
+    """Within the block, every :meth:`Denoiser.conditional_logits` call first checks the clock: ``seconds`` after
+    entering, the next call raises :class:`OutOfTime` (so the block overruns by at most one forward pass). Yields the
+    :class:`Deadline`, whose ``rows`` count the forward rows computed. Nested deadlines: the inner one applies."""
+    limit = Deadline(time.perf_counter() + seconds)
+    token = _DEADLINE.set(limit)
+    try:
+        yield limit
+    finally:
+        _DEADLINE.reset(token)
+
+
 class Denoiser(nn.Module, abc.ABC):
     """Base class: validated access to masked conditionals.
 
@@ -120,7 +161,13 @@ class Denoiser(nn.Module, abc.ABC):
 
         Returns:
             ``[B, K, V]`` float logits (``[B, 1, V]`` for 1-D ``positions``). Cost: one forward pass of ``B`` rows.
+
+        Raises:
+            OutOfTime: under :func:`forward_deadline`, once its deadline has passed (before the forward pass).
         """
+        limit = _DEADLINE.get()
+        if limit is not None:
+            limit.admit(int(tokens.shape[0]))
         if positions.dim() == 1:
             positions = positions[:, None]
         self._validate(tokens, positions)

@@ -35,7 +35,11 @@ kernels re-selected for the training shapes). The loop's seconds leave out what 
 several probes on one loop share it without counting each other's runs as loop time. The expected cost is the
 last run's with its after-effect, and before the first run an estimate from the probe's forward rows and one timed
 forward, at setup and again on the first training batch (:attr:`ScheduledProbe.estimate`, one line the adapters log
-when the run is set up). ``budget_seconds`` is an absolute cap on top.
+when the run is set up). An estimate can be wrong (a busy machine, a first run on longer rows), so a run is also
+held to what is left of the budget when it starts: past it, the next forward pass is refused
+(:func:`~mlm_dynamics.models.base.forward_deadline`), the run's partial results are discarded, the run is counted
+(``stopped_runs``), and the next one waits for the cost it showed; the diagnostics therefore exceed ``overhead``
+by at most one forward pass. ``budget_seconds`` is an absolute cap on top.
 
 **Failures never end the run.** A run that fails (a numerical refusal, running out of memory, a model quirk) is
 caught, warned about once per cause with what to change, counted (``failed_runs``, logged), and the loop goes on;
@@ -45,7 +49,8 @@ failure of the diagnostic but a broken contract with the loop: it always raises.
 **Several processes** (DDP): every rank calls :meth:`ScheduledProbe.run` at the same points; the budget is decided
 on the maximum of the ranks' seconds (an all-reduce), pooled probes (meeting times, rectangles) measure on every
 rank and reduce through torchmetrics (their logged ``overhead`` is the busiest rank's), the others run on rank 0
-only.
+only. Runs are not stopped mid-way there (the ranks must end a run at the same points): the estimate alone holds
+them to the budget.
 """
 
 from __future__ import annotations
@@ -65,7 +70,7 @@ import torch.distributed as dist
 from torch import nn
 
 from .._random import as_generator
-from ..models.base import Denoiser
+from ..models.base import Denoiser, OutOfTime, forward_deadline
 from .isolation import isolated, parameter_checksum
 from .starts import BatchRows, StartStates, TokenRows, batch_rows, load_tokens, pad_rows, placeholder_rows, start_states
 
@@ -92,6 +97,8 @@ SCHEDULE_KEYS = (
               "count"),
     MetricKey("skipped_runs", "due runs skipped so far to keep the diagnostics within overhead of the loop's time",
               "count"),
+    MetricKey("stopped_runs", "runs stopped at the end of the budget left to them (their partial results discarded; "
+                              "the next run waits for the cost they showed)", "count"),
     MetricKey("overhead", "seconds of diagnostics over the loop's own seconds so far (realised; capped by "
                           "overhead=)", "fraction", "once the loop has run"),
 )
@@ -220,7 +227,7 @@ class ScheduledProbe:
         self.overhead, self.strict = (None if overhead is None else float(overhead)), strict
         self.generator = as_generator(seed)
         self.runs, self.seconds_used, self.last_step = 0, 0.0, -1
-        self.failed_runs, self.skipped_runs = 0, 0
+        self.failed_runs, self.skipped_runs, self.stopped_runs = 0, 0, 0
         self.loop_seconds = 0.0  # the watched loop's own wall-clock seconds so far (diagnostics excluded)
         self.estimate: float | None = None  # expected seconds of the next run
         self.estimate_line = ""
@@ -328,7 +335,7 @@ class ScheduledProbe:
                 self._after_runs += 1
                 self.loop_seconds -= excess
                 self.seconds_used += excess
-                if self.runs:  # the next run will leave as much behind as runs did on average
+                if self.runs or self.stopped_runs:  # the next run will leave as much behind as runs did on average
                     self.estimate = self._last_run_seconds + self._left_behind / self._after_runs
         elif self._loop_at_step > 0:
             self._typical_step = seconds if self._typical_step is None else 0.9 * self._typical_step + 0.1 * seconds
@@ -382,7 +389,8 @@ class ScheduledProbe:
         if stage not in STAGES:
             raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
         self.tick()
-        if (self.overhead is not None and self.runs == 0 and self.loop_seconds >= self._next_estimate
+        if (self.overhead is not None and self.runs == self.stopped_runs == 0
+                and self.loop_seconds >= self._next_estimate
                 and (self.latest is not None or self.start_tokens is not None)):
             self._estimate_on_starts(module, denoiser)
         spent = _max_over_ranks(self.seconds_used)
@@ -399,9 +407,14 @@ class ScheduledProbe:
         if not self.probe.pooled and _rank() != 0:
             return None
         name = f"{self.prefix}{self.probe.group}/{stage}/"
+        allowed = self._allowed(spent)
         started = time.perf_counter()
         try:
-            metrics = self._measure(module, denoiser, stage)
+            with forward_deadline(math.inf if allowed is None else allowed) as limit:
+                metrics = self._measure(module, denoiser, stage)
+        except OutOfTime:
+            metrics = {}
+            self._stopped(denoiser, time.perf_counter() - started, limit.rows)
         except FAILURES as error:
             if self.strict or isinstance(error, WeightsNotRestored):
                 raise
@@ -422,7 +435,7 @@ class ScheduledProbe:
         if self.probe.pooled:  # every rank measured: log the busiest rank's fraction, the same value on every rank
             fraction = _max_over_ranks(fraction)
         bookkeeping = {"failed_runs": float(self.failed_runs), "skipped_runs": float(self.skipped_runs),
-                       "overhead": fraction}
+                       "stopped_runs": float(self.stopped_runs), "overhead": fraction}
         self.last_metrics = {f"{name}{key}": value for key, value in {**metrics, **bookkeeping}.items()}
         return self.last_metrics
 
@@ -440,6 +453,31 @@ class ScheduledProbe:
                 self._measured_estimate = min(timed, self._measured_estimate or timed)
                 self.estimate = self._measured_estimate
         self._spent(time.perf_counter() - started)
+
+    def _allowed(self, spent: float) -> float | None:
+        """The seconds this run may take before it is stopped: what is left of ``overhead`` times the loop's seconds
+        (and of ``budget_seconds``); ``None``: no limit (neither cap set, or several processes, whose runs must end
+        at the same points: their runs are held to the estimate only)."""
+        left = [self.overhead * self.loop_seconds - spent] if self.overhead is not None else []
+        if self.budget_seconds is not None:
+            left.append(self.budget_seconds - spent)
+        if not left or (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+            return None
+        return max(0.0, min(left))
+
+    def _stopped(self, denoiser: Denoiser, seconds: float, rows: int) -> None:
+        """A run reached the end of its budget after ``seconds`` and ``rows`` forward rows: its partial results are
+        discarded (never logged), it is counted (``stopped_runs``), and the next run waits for the cost it showed:
+        ``seconds`` times the probe's forward rows over the rows done (twice ``seconds`` when the probe cannot
+        say), never less than the estimate it started on."""
+        self.stopped_runs += 1
+        total = self.probe.forward_rows(self.num_starts, int(self.starts(denoiser).counts.max()))
+        grown = seconds * total / rows if total is not None and total > rows > 0 else 2 * seconds
+        self.estimate = self._last_run_seconds = max(grown, self.estimate or 0.0)
+        LOGGER.info(f"{type(self.probe).__name__}: a run was stopped at the end of its budget after {seconds:.1f} s "
+                    f"({rows} forward rows{'' if total is None else f' of at most {total}'}) and discarded; the next "
+                    f"one waits until about {self.estimate:.1f} s fit within overhead={self.overhead} of the loop "
+                    "(stopped_runs counts them). Raise overhead= or make a run cheaper.")
 
     def affordable(self, spent: float) -> bool:
         """Whether one more run (expected: :attr:`estimate` seconds) keeps the diagnostics within ``overhead`` of
@@ -474,7 +512,7 @@ class ScheduledProbe:
         probe's state."""
         return {"runs": self.runs, "seconds_used": self.seconds_used, "last_step": self.last_step,
                 "loop_seconds": self.loop_seconds, "failed_runs": self.failed_runs,
-                "skipped_runs": self.skipped_runs, "estimate": self.estimate,
+                "skipped_runs": self.skipped_runs, "stopped_runs": self.stopped_runs, "estimate": self.estimate,
                 "rng": self.generator.get_state(), "last_metrics": dict(self.last_metrics),
                 "latest": None if self.latest is None else self.latest.state_dict(),
                 "probe": self.probe.state_dict()}
@@ -485,6 +523,7 @@ class ScheduledProbe:
         self.last_step = int(state.get("last_step", -1))
         self.loop_seconds = float(state.get("loop_seconds", 0.0))
         self.failed_runs, self.skipped_runs = int(state.get("failed_runs", 0)), int(state.get("skipped_runs", 0))
+        self.stopped_runs = int(state.get("stopped_runs", 0))
         self.estimate = state.get("estimate", self.estimate)
         self.generator.set_state(state["rng"])
         self.last_metrics = dict(state["last_metrics"])
