@@ -12,14 +12,14 @@ mapping with ``input_ids`` (a dict, a ``BatchEncoding``; collator output has its
 ``batch_to_tokens`` maps batches of other shapes to one of these. Every argument can be written in a LightningCLI
 YAML file.
 
-Schedule: every ``every_n_train_steps`` optimizer steps (once per optimizer step: batches that only accumulate
-gradients never trigger a run), at the end of validation, and/or at the end of predict; never during the sanity
-check. Everything a run needs is checked when fit, validation or predict starts, and the expected cost of a run is
-logged then. The diagnostics take at most ``overhead`` (default 5 %) of the fit's wall-clock time: a due run that
-would exceed it is skipped and counted (``skipped_runs``), and a run that outlasts its estimate is stopped at the
-budget's end, discarded and counted (``stopped_runs``); ``budget_seconds`` caps the total on top. The fraction
-is each callback's own: three callbacks at ``overhead=0.05`` take up to 15 % together (give each a share). A run
-that fails is warned about once, counted (``failed_runs``) and the fit goes on (``strict=True`` raises instead).
+Schedule: every ``every_n_train_steps`` optimizer steps (once per optimizer step: batches that only accumulate gradients
+never trigger a run), at the end of validation, and/or at the end of predict; never during the sanity check. Everything
+a run needs is checked when fit, validation or predict starts, and the expected cost of a run is logged then. The
+diagnostics take at most ``overhead`` (default 5 %) of the fit's wall-clock time: a due run that would exceed it is
+skipped and counted (``skipped_runs``), and a run that outlasts its estimate is stopped at the budget's end and counted
+(``stopped_runs``; meeting times are kept censored at the steps reached); ``budget_seconds`` caps the total on top. The
+fraction is each callback's own: three callbacks at ``overhead=0.05`` take up to 15 % together (give each a share). A
+run that fails is warned about once, counted (``failed_runs``) and the fit goes on (``strict=True`` raises instead).
 
 Non-interference: a run leaves the fit exactly as it would have been without the callback (per-step losses, weights,
 optimizer state, the global random state, every submodule's train/eval mode): see

@@ -14,12 +14,11 @@ only looks at the inputs; ``start_tokens=`` fixes them instead.
 
 **Schedule**: every ``every_n_steps`` optimizer steps (``state.global_step``: gradient accumulation runs once per
 optimizer step) and after each evaluation (``at_evaluate``), within ``overhead`` (default 5 %) of the fine-tune's
-wall-clock time, evaluations included: a due run that would exceed it is skipped and counted (``skipped_runs``), a
-run that outlasts its estimate is stopped at the budget's end and discarded (``stopped_runs``), and the expected cost
-of a run is logged when training starts. A run that fails is warned about once, counted
-(``failed_runs``) and the fine-tune goes on (``strict=True`` raises instead). Each run is isolated as everywhere in
-the package (modes, global random state and grad mode restored; its own generator), so the fit is the fit without
-the callback.
+wall-clock time, evaluations included: a due run that would exceed it is skipped and counted (``skipped_runs``), a run
+that outlasts its estimate is stopped at the budget's end (``stopped_runs``; meeting times kept censored there), and the
+expected cost of a run is logged when training starts. A run that fails is warned about once, counted (``failed_runs``)
+and the fine-tune goes on (``strict=True`` raises instead). Each run is isolated as everywhere in the package (modes,
+global random state and grad mode restored; its own generator), so the fit is the fit without the callback.
 With several processes every rank runs at the same steps and pooled probes reduce across ranks.
 
 **Logging**: the values go to every ``report_to`` integration of the Trainer (W&B, TensorBoard, MLflow, ...)

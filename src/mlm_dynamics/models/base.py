@@ -99,14 +99,17 @@ class OutOfTime(Exception):
 
 @dataclass
 class Deadline:
-    """A forward-pass deadline: ``at`` in ``time.perf_counter`` seconds, and the forward ``rows`` done under it."""
+    """A forward-pass deadline: ``at`` in ``time.perf_counter`` seconds, the forward ``rows`` done under it, and
+    whether it ``refused`` a forward pass (even one whose :class:`OutOfTime` the caller caught and stopped on)."""
 
     at: float
     rows: int = 0
+    refused: bool = False
 
     def admit(self, rows: int) -> None:
         """Count ``rows`` about to be computed, or raise :class:`OutOfTime` if the deadline has passed."""
         if time.perf_counter() >= self.at:
+            self.refused = True
             raise OutOfTime(f"deadline passed after {self.rows} forward rows")
         self.rows += rows
 

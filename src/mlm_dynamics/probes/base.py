@@ -37,9 +37,10 @@ last run's with its after-effect, and before the first run an estimate from the 
 forward, at setup and again on the first training batch (:attr:`ScheduledProbe.estimate`, one line the adapters log
 when the run is set up). An estimate can be wrong (a busy machine, a first run on longer rows), so a run is also
 held to what is left of the budget when it starts: past it, the next forward pass is refused
-(:func:`~mlm_dynamics.models.base.forward_deadline`), the run's partial results are discarded, the run is counted
-(``stopped_runs``), and the next one waits for the cost it showed; the diagnostics therefore exceed ``overhead``
-by at most one forward pass. ``budget_seconds`` is an absolute cap on top.
+(:func:`~mlm_dynamics.models.base.forward_deadline`), the run is counted (``stopped_runs``), its partial results are
+logged where the probe can state them honestly (meeting times censored at the steps reached, with their ``budget``)
+and discarded otherwise, and the next run waits for the full cost it showed; the diagnostics therefore exceed
+``overhead`` by at most one forward pass. ``budget_seconds`` is an absolute cap on top.
 
 **Failures never end the run.** A run that fails (a numerical refusal, running out of memory, a model quirk) is
 caught, warned about once per cause with what to change, counted (``failed_runs``, logged), and the loop goes on;
@@ -97,8 +98,9 @@ SCHEDULE_KEYS = (
               "count"),
     MetricKey("skipped_runs", "due runs skipped so far to keep the diagnostics within overhead of the loop's time",
               "count"),
-    MetricKey("stopped_runs", "runs stopped at the end of the budget left to them (their partial results discarded; "
-                              "the next run waits for the cost they showed)", "count"),
+    MetricKey("stopped_runs", "runs stopped at the end of the budget left to them (partial results logged only where "
+                              "they are honest, e.g. meeting times censored at the steps reached; the next run waits "
+                              "for the full cost they showed)", "count"),
     MetricKey("overhead", "seconds of diagnostics over the loop's own seconds so far (realised; capped by "
                           "overhead=)", "fraction", "once the loop has run"),
 )
@@ -414,7 +416,6 @@ class ScheduledProbe:
                 metrics = self._measure(module, denoiser, stage)
         except OutOfTime:
             metrics = {}
-            self._stopped(denoiser, time.perf_counter() - started, limit.rows)
         except FAILURES as error:
             if self.strict or isinstance(error, WeightsNotRestored):
                 raise
@@ -425,9 +426,12 @@ class ScheduledProbe:
             elapsed = time.perf_counter() - started
             self._spent(elapsed)  # the run's own time is not the loop's
             self._after_run = True
+        if limit.refused:
+            self._stopped(denoiser, elapsed, limit.rows, kept=bool(metrics))
         if metrics:
             self.runs += 1
-            self.estimate = self._last_run_seconds = elapsed
+            if not limit.refused:
+                self.estimate = self._last_run_seconds = elapsed
         if self.budget_seconds is not None and self.seconds_used >= self.budget_seconds and _rank() == 0:
             warnings.warn(f"{type(self.probe).__name__}: diagnostics budget of {self.budget_seconds}s spent; no "
                           "further runs", stacklevel=2)
@@ -465,19 +469,21 @@ class ScheduledProbe:
             return None
         return max(0.0, min(left))
 
-    def _stopped(self, denoiser: Denoiser, seconds: float, rows: int) -> None:
-        """A run reached the end of its budget after ``seconds`` and ``rows`` forward rows: its partial results are
-        discarded (never logged), it is counted (``stopped_runs``), and the next run waits for the cost it showed:
-        ``seconds`` times the probe's forward rows over the rows done (twice ``seconds`` when the probe cannot
-        say), never less than the estimate it started on."""
+    def _stopped(self, denoiser: Denoiser, seconds: float, rows: int, *, kept: bool) -> None:
+        """A run reached the end of its budget after ``seconds`` and ``rows`` forward rows: it is counted
+        (``stopped_runs``), its partial results are logged if the probe could state them honestly (``kept``:
+        meeting times censored at the steps reached) and discarded otherwise, and the next run waits for the full
+        cost it showed: ``seconds`` times the probe's forward rows over the rows done (twice ``seconds`` when the
+        probe cannot say), never less than the estimate it started on."""
         self.stopped_runs += 1
         total = self.probe.forward_rows(self.num_starts, int(self.starts(denoiser).counts.max()))
         grown = seconds * total / rows if total is not None and total > rows > 0 else 2 * seconds
         self.estimate = self._last_run_seconds = max(grown, self.estimate or 0.0)
         LOGGER.info(f"{type(self.probe).__name__}: a run was stopped at the end of its budget after {seconds:.1f} s "
-                    f"({rows} forward rows{'' if total is None else f' of at most {total}'}) and discarded; the next "
-                    f"one waits until about {self.estimate:.1f} s fit within overhead={self.overhead} of the loop "
-                    "(stopped_runs counts them). Raise overhead= or make a run cheaper.")
+                    f"({rows} forward rows{'' if total is None else f' of at most {total}'})"
+                    f"{', its results kept as far as they went' if kept else ' and discarded'}; the next one waits "
+                    f"until about {self.estimate:.1f} s fit within overhead={self.overhead} of the loop (stopped_runs "
+                    "counts them). Raise overhead= or make a run cheaper.")
 
     def affordable(self, spent: float) -> bool:
         """Whether one more run (expected: :attr:`estimate` seconds) keeps the diagnostics within ``overhead`` of

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import suppress
 
 import torch
 
@@ -11,7 +12,7 @@ from ..diagnostics.influence import InfluenceEstimate, check_temperatures, estim
 from ..diagnostics.meeting import MeetingTimes, lagged_meeting_times, meeting_times_of
 from ..diagnostics.rectangle import RectangleReport, check_rectangle_options, sample_rectangles
 from ..metrics.aggregates import MeetingTimeMetric, RectanglePrevalence
-from ..models.base import Denoiser
+from ..models.base import Denoiser, OutOfTime
 from ..sampling.categorical import check_temperature
 from ..sampling.coupling import CoupledGlauberChains, randomize_sites
 from ..sampling.glauber import GlauberSampler
@@ -57,7 +58,9 @@ class MeetingTimeProbe(Probe):
     Logs :meth:`~mlm_dynamics.diagnostics.MeetingTimes.summary`; with ``lag``, also L-lag meeting times of two
     independent random fillings of each row and the bounds ``tv_bound_t{t}`` on ``TV(mu_0 P^t, pi)`` for ``mu_0``
     the uniform filling of the sites. Cost per run: at most ``max_steps`` forwards of ``<= 2 B`` rows (twice with
-    ``lag``). Pooled over ranks.
+    ``lag``). Pooled over ranks. A run the scheduler stops at the end of its budget
+    (:func:`~mlm_dynamics.models.base.forward_deadline`) keeps the meeting times so far, censored at the steps
+    reached (``budget`` says how many), and leaves the lagged pairs out.
     """
 
     group = "mixing"
@@ -93,19 +96,27 @@ class MeetingTimeProbe(Probe):
         y0 = randomize_sites(denoiser, tokens, sites, generator, site_counts=counts)
         state = chains.init_state(tokens, y0, generator=as_generator(generator, "pairs"), sites=sites,
                                   site_counts=counts, attention_mask=starts.attention_mask)
-        self.latest = meeting_times_of(chains.run(state, self.max_steps))
+        stopped = False
+        try:
+            chains.run(state, self.max_steps)
+        except OutOfTime:  # the scheduler's budget ended the run: the times so far, censored where not met
+            if state.x.step == 0:
+                raise
+            stopped = True
+        self.latest = meeting_times_of(state)
         self.meeting.to(tokens.device).reset()  # states on the model's device, so DDP can gather them
         self.meeting.update(self.latest)
         metrics = dict(self.meeting.compute())
-        if self.lagged is not None and self.lag is not None:
-            x0 = randomize_sites(denoiser, tokens, sites, generator, site_counts=counts)
-            y0 = randomize_sites(denoiser, tokens, sites, generator, site_counts=counts)
-            lagged = lagged_meeting_times(sampler, x0, y0, lag=self.lag, max_steps=self.max_steps,
-                                          generator=as_generator(generator, "lagged"), sites=sites, site_counts=counts,
-                                          attention_mask=starts.attention_mask)
-            self.lagged.to(tokens.device).reset()
-            self.lagged.update(lagged)
-            metrics.update({f"lagged/{k}": v for k, v in self.lagged.compute().items()})
+        if self.lagged is not None and self.lag is not None and not stopped:
+            with suppress(OutOfTime):  # the budget ended the run among the lagged pairs: those are left out
+                x0 = randomize_sites(denoiser, tokens, sites, generator, site_counts=counts)
+                y0 = randomize_sites(denoiser, tokens, sites, generator, site_counts=counts)
+                lagged = lagged_meeting_times(sampler, x0, y0, lag=self.lag, max_steps=self.max_steps,
+                                              generator=as_generator(generator, "lagged"), sites=sites,
+                                              site_counts=counts, attention_mask=starts.attention_mask)
+                self.lagged.to(tokens.device).reset()
+                self.lagged.update(lagged)
+                metrics.update({f"lagged/{k}": v for k, v in self.lagged.compute().items()})
         return metrics
 
 
