@@ -120,7 +120,7 @@ def api_page() -> str:
 
 
 DATA = Path(__file__).parent / "data"
-_PER_PAIR = ("sites", "meeting_times", "censored", "start_kinds")
+_PER_PAIR = ("sites", "meeting_times", "censored", "start_kinds", "coupling_trace_mean", "draws")
 
 
 def trim(report: dict[str, Any]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from mlm_dynamics.experiments.sweep import SweepConfig, run_sweep
 from mlm_dynamics.report import sweep_figures
 from mlm_dynamics.report.sweep_report import write_sweep_report
 from mlm_dynamics.sampling.exact import expected_meeting_times, state_index
+from mlm_dynamics.sampling.grid import START_KINDS
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["grid.temperatures=[0.7, 1.5, 4.0]", "grid.lengths=[2, 3, 4]", "grid.pairs=400", "grid.max_steps=20000",
@@ -160,7 +161,7 @@ def test_sweep_cli_resumes_bit_identically_after_an_interrupt(tmp_path, capsys, 
     def interrupted(grid):
         if grid.state.x.step == 54:  # Ctrl-C during step 55
             raise KeyboardInterrupt
-        real(grid)
+        return real(grid)
 
     monkeypatch.setattr(sweep.PairGrid, "step", interrupted)
     assert main(["sweep", "--out", str(tmp_path / "split"), *common]) == 130
@@ -169,6 +170,36 @@ def test_sweep_cli_resumes_bit_identically_after_an_interrupt(tmp_path, capsys, 
     assert main(["sweep", "--out", str(tmp_path / "split"), "--resume", *common]) == 0
     reports = [json.loads((tmp_path / d / "report.json").read_text())["sweep"] for d in ("whole", "split")]
     assert reports[0]["cells"] == reports[1]["cells"] and reports[0]["fit"] == reports[1]["fit"]
+    assert reports[1]["cells"][0]["coupling_trace_mean"] and reports[1]["cells"][0]["draws"]  # compared above too
+
+
+def test_the_coupling_trace_and_the_draws_agree_with_the_meeting_times():
+    """Exact invariants, pair by pair: the trace starts at the Hamming distance of the two start fillings, is > 0 at
+    every record before the pair met (not met means some site differs) and 0 at every record from its meeting on
+    (met pairs stay together), to the budget; the draws are the first pair of each start kind, whose chains agree at
+    the end exactly when it met, the natural start being the all-minus chain of the Ising toy."""
+    config = load_config(SweepConfig, None, ["grid.temperatures=[0.5, 4.0]", "grid.lengths=[6]", "grid.pairs=8",
+                                             "grid.max_steps=300", "influence.enabled=false",
+                                             "rectangle.enabled=false", "checkpoint_every=null",
+                                             "drift.enabled=false", "lag.enabled=false"])
+    result = run_sweep(config)
+    every = 3  # a hundredth of the budget
+    for cell in result.cells:
+        trace, met_at = cell.coupling_trace, torch.where(cell.meeting.censored, -1, cell.meeting.times)
+        assert cell.trace_every == every and trace.shape == (300 // every + 1, 8)
+        steps = torch.arange(trace.shape[0])[:, None] * every
+        met = (met_at[None, :] >= 0) & (steps >= met_at[None, :])
+        assert bool((trace[met] == 0).all()) and bool((trace[~met] > 0).all())
+        kinds = [START_KINDS[k] for k in cell.kinds.tolist()]
+        assert [draw["kind"] for draw in cell.draws] == [k for k in START_KINDS if k in kinds]
+        for draw in cell.draws:
+            pair = kinds.index(draw["kind"])  # the first pair of its kind
+            assert draw["met_at"] == int(met_at[pair])
+            assert (draw["x_end"] == draw["y_end"]) == (draw["met_at"] >= 0)
+            assert sum(a != b for a, b in zip(draw["x_start"], draw["y_start"], strict=True)) == int(trace[0, pair])
+            if draw["kind"] == "natural-random":
+                assert draw["x_start"] == "-" * 6
+    assert any(bool(c.meeting.censored.any()) for c in result.cells)  # tau = 0.5 at n = 6: some never meet in 300
 
 
 def cell_times(cell):
@@ -185,6 +216,8 @@ def test_a_cells_meeting_times_do_not_depend_on_the_rest_of_the_grid():
     grid = run_sweep(load_config(SweepConfig, None, [*common, "grid.temperatures=[0.35, 0.5, 2.0]",
                                                      "grid.lengths=[4, 8, 16]"]))
     assert cell_times(alone.cell(0.5, 8)) == cell_times(grid.cell(0.5, 8))
+    assert torch.equal(alone.cell(0.5, 8).coupling_trace, grid.cell(0.5, 8).coupling_trace)
+    assert alone.cell(0.5, 8).draws == grid.cell(0.5, 8).draws
     for threshold, times in alone.cell(0.5, 8).hitting.items():  # drift chains too
         assert torch.equal(times.times, grid.cell(0.5, 8).hitting[threshold].times)
 

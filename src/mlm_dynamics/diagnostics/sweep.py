@@ -37,6 +37,10 @@ class SweepCell:
         hitting: drift hitting times per threshold; ``change_rate``: fraction of drift-chain steps that changed a
             token; ``drift_curve``: mean relative drift at the observation steps.
         lagged: L-lag meeting times, if run.
+        coupling_trace: ``[observations, P]`` resampled sites where each pair's two chains differ, every
+            ``trace_every`` steps from step 0 to the budget (0 once met: met pairs stay together).
+        draws: the first pair of each start kind as text: ``kind``, ``met_at`` (-1: never met), ``x_start``,
+            ``y_start``, ``x_end`` and ``y_end`` (at the meeting, or at the budget).
         survival, by_kind: censoring-aware summaries of all pairs and of each start kind present.
     """
 
@@ -49,6 +53,9 @@ class SweepCell:
     change_rate: float = math.nan
     lagged: MeetingTimes | None = None
     drift_curve: list[float] = field(default_factory=list)
+    coupling_trace: Tensor | None = None
+    trace_every: int = 1
+    draws: list[dict[str, Any]] = field(default_factory=list)
     survival: SurvivalSummary | None = None
     by_kind: dict[str, SurvivalSummary] = field(default_factory=dict)
 
@@ -69,7 +76,9 @@ class SweepCell:
         return {"temperature": self.temperature, "num_sites": self.num_sites, "sites": list(self.sites),
                 "meeting": times(self.meeting), "kinds": self.kinds,
                 "hitting": {str(k): times(v) for k, v in self.hitting.items()}, "change_rate": self.change_rate,
-                "lagged": None if self.lagged is None else times(self.lagged), "drift_curve": list(self.drift_curve)}
+                "lagged": None if self.lagged is None else times(self.lagged), "drift_curve": list(self.drift_curve),
+                "coupling_trace": self.coupling_trace, "trace_every": self.trace_every,
+                "draws": [dict(draw) for draw in self.draws]}
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> SweepCell:
@@ -79,7 +88,8 @@ class SweepCell:
                    hitting={float(k): HittingTimes(**v) for k, v in state["hitting"].items()},
                    change_rate=float(state["change_rate"]),
                    lagged=None if state["lagged"] is None else MeetingTimes(**state["lagged"]),
-                   drift_curve=list(state["drift_curve"]))
+                   drift_curve=list(state["drift_curve"]), coupling_trace=state.get("coupling_trace"),
+                   trace_every=int(state.get("trace_every", 1)), draws=list(state.get("draws", [])))
 
     @property
     def n_log_n(self) -> float:

@@ -9,6 +9,10 @@ engine is :mod:`mlm_dynamics.sampling.grid`: all cells of a model advance in one
 leave the batch, and every pair and chain draws from its own stream keyed by ``(grid.seed, cell, index)``, so a
 cell's results are the same alone, inside any grid, after a resume and in any shard of ``--devices N``.
 
+Every ``trace_every`` steps (a hundredth of the budget) the grid records, per pair, the number of resampled sites where
+its two chains differ (the coupling trace of the report); the first pair of each start kind of each cell is kept as
+text, at the start and at the meeting (or at the budget).
+
 Optional drift chains (``drift.chains`` per cell, from the natural start) record threshold hitting times through a
 :class:`~mlm_dynamics.tracking.DriftTracker`: the changed fraction of the resampled sites (``hamming``) or the
 cosine distance of hidden states pooled over them (``embedding``), in units of each chain's distance to random
@@ -42,7 +46,16 @@ from ..models.huggingface import MaskedLMDenoiser
 from ..models.toy import PairwiseMRFDenoiser
 from ..sampling.coupling import CoupledState, resampled_mask
 from ..sampling.glauber import ChainState, GlauberSampler
-from ..sampling.grid import GridCell, PairGrid, RowLayout, chain_grid, fill_streams, lagged_grid, pair_grid
+from ..sampling.grid import (
+    START_KINDS,
+    GridCell,
+    PairGrid,
+    RowLayout,
+    chain_grid,
+    fill_streams,
+    lagged_grid,
+    pair_grid,
+)
 from ..tracking.drift import DriftTracker, hamming_fraction, random_fill_distances, random_fill_scale
 from .checkpoint import RunInterrupted, fingerprint, load_checkpoint, restoring, save_checkpoint
 from .common import build_model, crop_context, provenance, start_tokens
@@ -105,12 +118,17 @@ class _Drift:
 
 @dataclass
 class _Group:
-    """The cells that share one model (and one natural start)."""
+    """The cells that share one model (and one natural start): its pairs (``starts``: both chains' start tokens,
+    ``traces``: the pairs' distances every ``trace_every`` steps), optional drift chains, and ``decode`` (ids to
+    text)."""
 
     denoiser: Denoiser
     natural: Tensor
     cells: list[GridCell]
     pairs: PairGrid
+    decode: Callable[[list[int]], str]
+    starts: tuple[Tensor, Tensor]
+    traces: list[Tensor]
     drift: _Drift | None = None
 
     def active(self) -> bool:
@@ -144,8 +162,9 @@ def run_sweep(config: SweepConfig, out_dir: Path | None = None, *, resume: bool 
         while step < grid.max_steps and any(g.active() for g in groups):
             step += 1
             for group in groups:
-                if group.pairs.active():
-                    group.pairs.step()
+                distance = group.pairs.step() if group.pairs.active() else torch.zeros_like(group.traces[0])
+                if step % trace_every(grid.max_steps) == 0:
+                    group.traces.append(distance.cpu())
                 if group.drift is not None:
                     group.drift.advance(step)
             bar(step, sum(int((g.pairs.state.met_at < 0).sum()) for g in groups))
@@ -221,6 +240,11 @@ def _progress(total: int, start: int, enabled: bool) -> Callable[[int, int], Non
     return update
 
 
+def trace_every(max_steps: int) -> int:
+    """Steps between two records of the coupling trace: a hundredth of the budget (at least 1)."""
+    return max(1, max_steps // 100)
+
+
 def centred_windows(num_sites: int, center: int | None, lengths: Sequence[int]) -> dict[int, range]:
     """For each length ``n`` the indices ``[c - n // 2, c - n // 2 + n)`` among ``num_sites`` resampleable positions
     (``c`` the centre, default the middle): nested windows around one centre, the same for a length whatever the
@@ -246,7 +270,7 @@ def _build_groups(config: SweepConfig, cells: list[tuple[float, int]]) -> tuple[
             model = _toy_model(spec.source, n, spec.coupling, spec.field, spec.states).to(spec.device)
             natural = torch.zeros(1, n, dtype=torch.long, device=model.device)
             own = [GridCell(tau, tuple(range(n))) for tau, m in cells if m == n]
-            groups.append(_group(model, natural, own, config))
+            groups.append(_group(model, natural, own, config, _spins))
         return groups, notes
     denoiser, codec = build_model(spec)
     sequences = None if config.context.sequence is None else [config.context.sequence]
@@ -265,7 +289,7 @@ def _build_groups(config: SweepConfig, cells: list[tuple[float, int]]) -> tuple[
         all_sites = denoiser.resampleable_sites(natural)[0]
     own = [GridCell(tau, tuple(all_sites[windows[n].start:windows[n].stop].tolist())) for tau, n in cells
            if n in lengths]
-    return [_group(denoiser, natural, own, config)], notes
+    return [_group(denoiser, natural, own, config, codec.decode)], notes
 
 
 def _toy_model(source: str, n: int, coupling: float, field: float, states: int) -> PairwiseMRFDenoiser:
@@ -276,11 +300,19 @@ def _toy_model(source: str, n: int, coupling: float, field: float, states: int) 
     return PairwiseMRFDenoiser.potts_chain(n, states, coupling)
 
 
-def _group(model: Denoiser, natural: Tensor, cells: list[GridCell], config: SweepConfig) -> _Group:
+def _spins(ids: list[int]) -> str:
+    """A toy chain's states as text: ``-``/``+`` for the two spins, digits for more states."""
+    return "".join(("-+"[i] if max(ids, default=0) < 2 else str(i)) for i in ids)
+
+
+def _group(model: Denoiser, natural: Tensor, cells: list[GridCell], config: SweepConfig,
+           decode: Callable[[list[int]], str]) -> _Group:
     """Pairs (and drift chains) of ``cells`` on one model."""
     grid = config.grid
     pairs = pair_grid(model, natural, cells, pairs=grid.pairs, starts=grid.starts, seed=grid.seed)
-    group = _Group(denoiser=model, natural=natural, cells=cells, pairs=pairs)
+    x0, y0 = pairs.state.x.tokens.clone(), pairs.state.y.clone()
+    group = _Group(denoiser=model, natural=natural, cells=cells, pairs=pairs, decode=decode, starts=(x0, y0),
+                   traces=[(x0 != y0).sum(1).cpu()])
     spec = config.drift
     if spec.enabled:
         sampler, state, layout = chain_grid(model, natural, cells, chains=spec.chains, seed=grid.seed)
@@ -320,12 +352,13 @@ def _cell_means(values: Tensor, cell: Tensor) -> Tensor:
 
 
 def _snapshot(group: _Group) -> dict[str, Any]:
-    return {"pairs": group.pairs.state.state_dict(),
+    return {"pairs": group.pairs.state.state_dict(), "traces": torch.stack(group.traces),
             "drift": None if group.drift is None else group.drift.state_dict()}
 
 
 def _restore(group: _Group, state: dict[str, Any]) -> None:
     group.pairs.state = CoupledState.from_state_dict(state["pairs"], group.denoiser.device)
+    group.traces = list(state["traces"])
     if group.drift is not None and state["drift"] is not None:
         group.drift.load_state_dict(state["drift"], group.denoiser.device)
 
@@ -333,12 +366,17 @@ def _restore(group: _Group, state: dict[str, Any]) -> None:
 def _collect(group: _Group, config: SweepConfig, steps: int) -> list[SweepCell]:
     out = []
     hitting = group.drift.tracker.hitting_times() if group.drift is not None else []
+    every = trace_every(config.grid.max_steps)
+    traces = torch.stack(group.traces)  # pairs that all met before the budget stay at 0 to its end
+    traces = torch.cat([traces, traces.new_zeros(config.grid.max_steps // every + 1 - len(traces), traces.shape[1])])
     for index, cell in enumerate(group.cells):
         met_at, kinds = group.pairs.meeting(index)
         censored = met_at < 0
+        rows = (group.pairs.layout.cell == index).nonzero().squeeze(1)
         result = SweepCell(temperature=cell.temperature, num_sites=cell.num_sites, sites=list(cell.sites),
                            meeting=MeetingTimes(times=torch.where(censored, steps, met_at), censored=censored,
-                                                max_steps=steps), kinds=kinds)
+                                                max_steps=steps), kinds=kinds,
+                           coupling_trace=traces[:, rows], trace_every=every, draws=_draws(group, rows))
         if group.drift is not None:
             rows = group.drift.layout.cell == index
             for threshold, times in zip(sorted(config.drift.thresholds), hitting, strict=True):
@@ -348,6 +386,19 @@ def _collect(group: _Group, config: SweepConfig, steps: int) -> list[SweepCell]:
             result.change_rate = float(group.drift.changes[rows].mean()) / max(drift_steps, 1)
             result.drift_curve = [float(curve[index]) for curve in group.drift.curves]
         out.append(result)
+    return out
+
+
+def _draws(group: _Group, rows: Tensor) -> list[dict[str, Any]]:
+    """The first pair of each start kind among ``rows`` as text, at the start and at the meeting (or the budget)."""
+    x0, y0 = group.starts
+    state = group.pairs.state
+    out = []
+    for kind in sorted(set(group.pairs.kind[rows].tolist())):
+        row = int(rows[group.pairs.kind[rows] == kind][0])
+        out.append({"kind": START_KINDS[kind], "met_at": int(state.met_at[row]),
+                    **{name: group.decode(tokens[row].tolist()) for name, tokens in
+                       (("x_start", x0), ("y_start", y0), ("x_end", state.x.tokens), ("y_end", state.y))}})
     return out
 
 
@@ -364,4 +415,4 @@ def _lagged(group: _Group, cells: list[SweepCell], config: SweepConfig) -> None:
                                      lag=spec.lag, max_steps=lagged.max_steps)
 
 
-__all__ = ["SweepResult", "centred_windows", "finish", "run_sweep"]
+__all__ = ["SweepResult", "centred_windows", "finish", "run_sweep", "trace_every"]

@@ -228,28 +228,31 @@ def drift_over_time(steps: Sequence[int], drift: Tensor, scale: float, temperatu
     return figure
 
 
-def chain_traces(steps: Sequence[int], hamming: Tensor, temperatures: Sequence[float], num_sites: int) -> Figure:
-    """Trace view, one panel per temperature: the Hamming distance to the start ``hamming [observations, chains]``
-    of each chain over ``steps``, in the temperature's colour (thick: the mean). A chain that mixes climbs to a
-    plateau and wanders across it; a trapped one stays flat near its start."""
+def chain_traces(steps: Sequence[int], values: Tensor, temperatures: Sequence[float], num_sites: int, *,
+                 ylabel: str = "positions changed\nsince the start", what: str = "chain") -> Figure:
+    """Trace view, one panel per temperature: a distance in positions ``values [observations, columns]`` (by default
+    each chain's Hamming distance to its start; ``what`` names a column) over ``steps``, in the temperature of each
+    column's colour (thick: the mean), on ``[0, num_sites]``. A chain that mixes climbs to a plateau and wanders
+    across it; a trapped one stays flat near its start (a coupled pair that meets falls to 0)."""
     ladder = sorted(set(temperatures))
     columns = min(len(ladder), 4)
     rows = math.ceil(len(ladder) / columns)
     figure = new_figure(max(7.6, 2.6 * columns), 2.8 * rows)
     panels = figure.subplots(rows, columns, sharex=True, sharey=True, squeeze=False).ravel()
-    values = hamming.double().numpy()
+    data = values.double().numpy()
     for axes, tau, color in zip(panels, ladder, colors(len(ladder)), strict=False):
         chains = [c for c, t in enumerate(temperatures) if t == tau]
         for chain in chains:
-            axes.plot(steps, values[:, chain], color=color, lw=0.8, alpha=0.6)
-        axes.plot(steps, values[:, chains].mean(1), color=color, lw=2.5)
-        axes.set_title(f"tau={tau:g} ({len(chains)} chain{'s' if len(chains) > 1 else ''})", fontsize=LEGEND_POINTS + 1)
+            axes.plot(steps, data[:, chain], color=color, lw=0.8, alpha=0.6)
+        axes.plot(steps, data[:, chains].mean(1), color=color, lw=2.5)
+        axes.set_title(f"tau={tau:g} ({len(chains)} {what}{'s' if len(chains) > 1 else ''})",
+                       fontsize=LEGEND_POINTS + 1)
         axes.set_ylim(0, num_sites)
         axes.set_xlabel("step")
     for axes in panels[len(ladder):]:
         axes.set_visible(False)
     for axes in panels[::columns]:
-        axes.set_ylabel("positions changed\nsince the start")
+        axes.set_ylabel(ylabel)
     return figure
 
 

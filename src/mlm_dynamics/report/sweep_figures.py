@@ -12,7 +12,7 @@ from matplotlib.patches import Rectangle
 from ..diagnostics.survival import kaplan_meier
 from ..experiments.sweep import SweepResult
 from ..sampling.grid import START_KINDS
-from .figures import COLORMAP, colors, legend_outside, new_figure, overlap_label, temperature_axis
+from .figures import COLORMAP, chain_traces, colors, legend_outside, new_figure, overlap_label, temperature_axis
 
 
 def _grid(result: SweepResult) -> tuple[list[float], list[int]]:
@@ -164,4 +164,20 @@ def drift_curves(result: SweepResult, every: int) -> Figure:
     return figure
 
 
-__all__ = ["drift_curves", "phase_diagram", "phase_matrix", "scaling_constants", "survival_curves", "tv_bounds"]
+def coupling_traces(result: SweepResult) -> Figure:
+    """Per temperature, at the largest length: each coupled pair's number of sites where its chains differ, against
+    steps (:func:`~.figures.chain_traces`): a pair that meets falls to 0; one that ends above 0 never met."""
+    temperatures, lengths = _grid(result)
+    cells = [result.cell(tau, lengths[-1]) for tau in temperatures]
+    traces = [cell.coupling_trace for cell in cells]
+    if any(trace is None for trace in traces):
+        raise ValueError("coupling_traces: a cell has no coupling trace (a sweep from before the traces were kept)")
+    values = torch.cat([trace for trace in traces if trace is not None], dim=1)
+    steps = [k * cells[0].trace_every for k in range(values.shape[0])]
+    owners = [cell.temperature for cell in cells for _ in range(cell.meeting.times.numel())]
+    return chain_traces(steps, values, owners, lengths[-1], ylabel=f"sites where the pair\ndiffers (n = {lengths[-1]})",
+                        what="pair")
+
+
+__all__ = ["coupling_traces", "drift_curves", "phase_diagram", "phase_matrix", "scaling_constants", "survival_curves",
+           "tv_bounds"]

@@ -13,20 +13,26 @@ from ..experiments.config import to_dict
 from ..experiments.sweep import SweepResult
 from ..sampling.grid import START_KINDS
 from . import sweep_figures
-from .html import Section, claims_section, quantile_text, render_html, write_figures
+from .html import Section, claims_section, marked_changes, quantile_text, render_html, write_figures
 from .writers import jsonable, write_csv, write_json, write_text
 
 
 def sweep_report(result: SweepResult) -> dict[str, Any]:
     """JSON-ready report: ``sweep.claims``, ``sweep.cells`` (every summary, plus each pair's ``meeting_times``,
-    ``censored`` flag and ``start_kinds``, and the resampled ``sites``), ``sweep.fit``, ``sweep.slow_region``,
-    ``sweep.rectangles``, ``sweep.influence``. A censored quantile is ``null`` beside its ``..._lower_bound``."""
+    ``censored`` flag and ``start_kinds``, the resampled ``sites``, the pairs' mean distance every ``trace_every``
+    steps in ``coupling_trace_mean``, and ``draws``: a pair of each start kind as text), ``sweep.fit``,
+    ``sweep.slow_region``, ``sweep.rectangles``, ``sweep.influence``. A censored quantile is ``null`` beside its
+    ``..._lower_bound``."""
     tv_steps = result.config.lag.t_values if result.config.lag.enabled else ()
     cells = []
     for cell in result.cells:
         cells.append({**cell.summary(tv_steps), "sites": list(cell.sites), "meeting_times": cell.meeting.times.tolist(),
                       "censored": cell.meeting.censored.tolist(),
-                      "start_kinds": [START_KINDS[k] for k in cell.kinds.tolist()]})
+                      "start_kinds": [START_KINDS[k] for k in cell.kinds.tolist()],
+                      "trace_every": cell.trace_every,
+                      "coupling_trace_mean": (None if cell.coupling_trace is None
+                                              else cell.coupling_trace.double().mean(1).tolist()),
+                      "draws": cell.draws})
     analysis = result.analysis
     fits = [{"temperature": tau, **fit.summary(), "lengths": fit.lengths, "note": fit.note}
             for tau, fit in sorted(analysis.fits.items())]
@@ -61,6 +67,8 @@ def sweep_figures_of(result: SweepResult) -> dict[str, Figure]:
         out["tv_bounds"] = sweep_figures.tv_bounds(result)
     if result.config.drift.enabled:
         out["drift"] = sweep_figures.drift_curves(result, result.config.drift.every)
+    if all(cell.coupling_trace is not None for cell in result.cells):
+        out["coupling_traces"] = sweep_figures.coupling_traces(result)
     return out
 
 
@@ -105,7 +113,7 @@ def _sections(result: SweepResult, report: dict[str, Any], drawn: dict[str, Figu
         tables=[("fit per temperature", fits),
                 ("slow region per length (0: none confidently slow; inf: none above confidently fast)", slow)],
         figures=[(drawn["scaling_constant"], f"C(tau) and the log-log slope with {confidence} intervals")])
-    sections = [claims_section(result.claims), overview, scaling]
+    sections = [claims_section(result.claims), overview, _draws_section(result, drawn), scaling]
     if "drift" in drawn:
         sections.append(Section("Drift", tables=[("C of threshold hitting times", sweep["hitting_fit"])],
                                 figures=[(drawn["drift"], "mean drift of the drift chains")]))
@@ -126,6 +134,29 @@ def _sections(result: SweepResult, report: dict[str, Any], drawn: dict[str, Figu
     sections.append(Section("Run", tables=[("timings", [report["timings"]]), ("forward rows", [sweep["rows"]]),
                                            ("environment", [report["environment"]])]))
     return sections
+
+
+def _draws_section(result: SweepResult, drawn: dict[str, Figure]) -> Section:
+    """The pairs themselves at the largest length: their distance over steps, and a pair of each start kind per
+    temperature as text (start, and the meeting or the budget), differences from x at step 0 marked."""
+    n = max(c.num_sites for c in result.cells)
+    column = "sequence (differences from x at step 0 marked)"
+    rows: list[dict[str, Any]] = []
+    for cell in sorted((c for c in result.cells if c.num_sites == n), key=lambda c: c.temperature):
+        for draw in cell.draws:
+            reference, met_at = draw["x_start"], int(draw["met_at"])
+            ends = ([("x = y (met)", met_at, draw["x_end"])] if met_at >= 0 else
+                    [("x (never met)", f"> {cell.meeting.max_steps}", draw["x_end"]),
+                     ("y (never met)", f"> {cell.meeting.max_steps}", draw["y_end"])])
+            for chain, step, sequence in [("x", 0, draw["x_start"]), ("y", 0, draw["y_start"]), *ends]:
+                rows.append({"tau": f"{cell.temperature:g}", "start": draw["kind"], "chain": chain, "step": step,
+                             column: marked_changes(sequence, reference)})
+    figures = [(drawn["coupling_traces"], f"each pair's distance (sites where its chains differ) at n = {n}; thick: "
+                "the mean; a line that ends above 0 is a pair that never met")] if "coupling_traces" in drawn else []
+    return Section("Draws", paragraphs=[
+        f"The coupled pairs themselves at n = {n}: a pair meets when its two chains agree on every site, and stays "
+        "together from then on. Below, the first pair of each start kind at each temperature, at step 0 and where it "
+        "met (or both chains at the budget, where it never did)."], tables=[("pairs as text", rows)], figures=figures)
 
 
 def _interval(value: float | None, low: float | None, high: float | None) -> str:

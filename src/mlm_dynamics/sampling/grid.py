@@ -103,9 +103,10 @@ class PairGrid:
         """Whether some pair of the grid is still running."""
         return bool((self.state.met_at < 0).any())
 
-    def step(self) -> None:
-        """One step of every pair that has not met (met pairs have left the batch)."""
-        self.chains.step(self.state)
+    def step(self) -> Tensor:
+        """One step of every pair that has not met (met pairs have left the batch); returns the Hamming distance
+        ``[P]`` between each pair's chains afterwards."""
+        return self.chains.step(self.state)
 
     def meeting(self, cell: int) -> tuple[Tensor, Tensor]:
         """``(met_at, kind)`` of the pairs of cell ``cell`` (``met_at = -1``: not met so far)."""
