@@ -290,6 +290,13 @@ def _unreadable_csv(root: Path, monkeypatch) -> Path:
     return folder
 
 
+def _csv_with_bad_draws(root: Path, monkeypatch) -> Path:
+    folder = _csv_run(root, "step,mixing/train/censored_fraction\n1,0.5\n")
+    good = '{"step": 1, "key": "mixing/train", "draws": [{"x": "a b", "y": "a c"}]}'
+    (folder / "version_0" / "mlm_dynamics-draws.jsonl").write_text(good + "\n" + good[:30] + "\n")
+    return folder
+
+
 def _wandb_with_bad_record(root: Path, monkeypatch) -> Path:
     """A .wandb file whose one chunk passes its checksum but does not decode as a Record."""
     import struct
@@ -310,8 +317,9 @@ def _wandb_with_bad_record(root: Path, monkeypatch) -> Path:
     (lambda root, mp: _csv_run(root, "step,loss\n1,0.5\n"), "no diagnostics keys found in"),
     (_unreadable_csv, "metrics.csv: cannot be read (Permission denied)"),
     (_wandb_with_bad_record, "record 0 is not a W&B record"),
+    (_csv_with_bad_draws, "mlm_dynamics-draws.jsonl, line 2: not a draws record"),
 ], ids=["empty csv", "csv cut in a number", "csv text cell", "no diagnostics keys", "unreadable csv",
-        "undecodable W&B record"])
+        "undecodable W&B record", "damaged draws"])
 def test_report_refuses_damaged_logs_in_one_line(tmp_path, capsys, monkeypatch, setup, message):
     folder = setup(tmp_path, monkeypatch)
     assert main(["report", str(folder), "--out", str(tmp_path / "report")]) == 2

@@ -47,6 +47,30 @@ def test_the_three_formats_read_back_as_one_history(logged):
     assert any(tag.startswith("rectangle") for tag in runs["wandb"].images)
 
 
+def test_the_draws_are_written_beside_each_log_and_read_back_with_it(logged):
+    """Each logger's folder gets the runs' draws (a W&B run's in its files folder); each format reads back the same
+    records: one per mixing run, at the steps of its values, a coupled pair whose chains agree at the end exactly
+    when pair 0 met, and whose random filling y differs from the start row x only at resampled sites."""
+    runs = {name: read_logs(logged / folder) for name, folder in FORMATS.items()}
+    draws = runs["csv"].draws
+    assert all(run.draws == draws for run in runs.values())
+    assert any(file.endswith("mlm_dynamics-draws.jsonl") for file in runs["wandb"].files)
+    steps = {key: [record["step"] for record in draws if record["key"] == key]
+             for key in ("mixing/train", "mixing/val")}
+    assert steps["mixing/train"] == [s for s, _ in runs["csv"].scalars["mixing/train/censored_fraction"]]
+    assert steps["mixing/val"] == [s for s, _ in runs["csv"].scalars["mixing/val/censored_fraction"]]
+    for record in draws:
+        (pair,) = record["draws"]
+        labels = list(pair)
+        x, y = (pair[label].split(" ") for label in labels[:2])
+        assert labels[:2] == ["x (start row) at step 0", "y (random filling) at step 0"] and len(x) == len(y)
+        assert x[0] == y[0] and x[-1] == y[-1]  # the frame ([CLS] ... [SEP]) is never resampled
+        met = labels[2].startswith("x = y")
+        assert len(labels) == (3 if met else 4)
+        if not met:
+            assert pair[labels[2]] != pair[labels[3]]
+
+
 @pytest.mark.parametrize("name", sorted(FORMATS))
 def test_report_command_renders_the_history_from_each_format(logged, tmp_path, name, capsys):
     out = tmp_path / name
@@ -57,6 +81,7 @@ def test_report_command_renders_the_history_from_each_format(logged, tmp_path, n
     assert set(history["environment"]) == {"mlm_dynamics", "date", "command"}  # what made the report
     page = (out / "report.html").read_text()
     assert "What the run found" in page and page.count("<img") >= 4  # a figure per section, and the logged ones
+    assert ">Draws</h2>" in page and "x (start row) at step 0" in page
     assert "mixing/train/censored_fraction" in capsys.readouterr().out
 
 
@@ -211,7 +236,8 @@ def test_several_runs_in_a_folder_are_named_and_read_one_at_a_time(logged, tmp_p
     with pytest.raises(ValueError, match=r"holds 2 runs \(version_0, version_7\); name one with --run NAME"):
         read_logs(folder)
     run = read_logs(folder, run="version_7")
-    assert run.name == "version_7" and run.files == [str(folder / "version_7" / "metrics.csv")]
+    assert run.name == "version_7" and run.files == [str(folder / "version_7" / name)
+                                                      for name in ("metrics.csv", "mlm_dynamics-draws.jsonl")]
     with pytest.raises(ValueError, match="--run: 'version_9' names no run"):
         read_logs(folder, run="version_9")
     assert main(["report", str(folder), "--run", "version_0", "--out", str(tmp_path / "out")]) == 0

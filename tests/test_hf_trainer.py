@@ -168,6 +168,10 @@ def test_values_reach_tensorboard_through_report_to_and_read_back_as_the_callbac
     run = read_logs(tmp_path / "runs")  # logged as train/mixing/train/... by the integration, read back without it
     assert [step for step, _ in run.scalars["mixing/train/meeting_time_median"]] == [2, 4]
     assert "rectangle/train/prevalence" in run.scalars
+    # the draws went beside the events, as the tokenizer's tokens
+    assert [(record["step"], record["key"]) for record in run.draws] == [(2, "mixing/train"), (4, "mixing/train")]
+    start = run.draws[0]["draws"][0]["x (start row) at step 0"].split(" ")
+    assert start[0] == tokenizer.cls_token and start[-1] == tokenizer.sep_token
 
 
 def test_a_trainer_that_only_evaluates_gets_the_validation_diagnostics(tmp_path, tokenizer):

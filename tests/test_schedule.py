@@ -227,6 +227,24 @@ def test_a_stopped_meeting_time_run_keeps_its_pairs_censored_at_the_steps_reache
     assert scheduled.estimate > 4 * 8.0  # the full run at the slower speed: about 80 s
 
 
+def test_a_loop_too_short_for_one_run_ends_with_a_warning_saying_what_it_needs(clock, denoiser):
+    """A 2 s run at overhead=0.05 needs 40 s of loop; a 10 s loop skips every due run. The end of the loop says so
+    once (nothing was measured) instead of leaving no trace; a loop where runs happened says nothing."""
+    scheduled = ScheduledProbe(Costly(clock, cost=2.0), every_n_steps=1, overhead=0.05)
+    scheduled.prepare(denoiser.model, denoiser)
+    assert loop(scheduled, denoiser, clock, steps=20, step_seconds=0.5) == []
+    with pytest.warns(RuntimeWarning, match=r"none of its 20 due runs fitted within overhead=0.05 of the loop's "
+                                            r"10 s \(a run costs about 2 s, so one needs about 40 s of loop\)"):
+        scheduled.finish()
+    fresh = ScheduledProbe(Costly(clock, cost=2.0), every_n_steps=1, overhead=0.05)
+    fresh.prepare(denoiser.model, denoiser)
+    loop(fresh, denoiser, clock, steps=200, step_seconds=0.5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fresh.finish()
+    assert fresh.runs > 0
+
+
 def test_without_a_cap_every_due_run_happens(clock, denoiser):
     scheduled = ScheduledProbe(Costly(clock, cost=2.0), every_n_steps=3, overhead=None)
     scheduled.prepare(denoiser.model, denoiser)

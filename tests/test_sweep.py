@@ -121,7 +121,7 @@ def test_report_json_holds_the_promised_keys_and_the_figures_draw_its_numbers(sm
                 expected = ((times[None, :] > steps[:, None]) | censored[None, :]).double().mean(1)
                 assert torch.allclose(torch.tensor(line.get_ydata())[1:-1].double(), expected)
     assert {p.stem for p in (out / "figures").glob("*.png")} == {"phase_diagram", "survival", "scaling_constant",
-                                                                 "tv_bounds", "drift"}
+                                                                 "tv_bounds", "drift", "coupling_traces"}
     assert (out / "cells.csv").read_text().count("\n") == 1 + 4
 
 

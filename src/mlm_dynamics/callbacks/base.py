@@ -51,7 +51,7 @@ from torch import Tensor
 from typing_extensions import override
 
 from ..models.base import Denoiser
-from ..probes.base import Probe, ScheduledProbe, check_every
+from ..probes.base import Probe, ScheduledProbe, append_draws, check_every
 from ..probes.keys import tensorboard_layout
 from ..report.figures import readable
 from ..report.writers import finite
@@ -187,6 +187,10 @@ class DiagnosticCallback(Callback):
         self._prepare(pl_module)
 
     @override
+    def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self.scheduled.finish()
+
+    @override
     def on_predict_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._prepare(pl_module)
 
@@ -233,6 +237,11 @@ class DiagnosticCallback(Callback):
                 step = trainer.fit_loop.epoch_loop._batches_that_stepped  # the step Lightning logs the module's at
                 for logger in trainer.loggers:
                     logger.log_metrics(metrics, step=step)
+                denoiser, groups = self.denoiser(pl_module), self.scheduled.probe.draws()
+                for folder in {draws_folder(logger) for logger in trainer.loggers}:
+                    if folder is not None:
+                        append_draws(folder, step, f"{self.prefix}{self.scheduled.probe.group}/{stage}", denoiser,
+                                     groups)
                 self.log_extras(trainer, stage)
             trainer.callback_metrics.update({name: torch.tensor(value) for name, value in metrics.items()})
 
@@ -255,6 +264,15 @@ class DiagnosticCallback(Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned: a resumed fit continues the diagnostics' schedule and stream."""
         self.scheduled.load_state_dict(state_dict)
+
+
+def draws_folder(logger: Any) -> str | None:
+    """Where a logger keeps a run's files, for the draws beside its values: a W&B run's files folder, a CSV or
+    TensorBoard logger's version folder; ``None`` for loggers without a local folder."""
+    if isinstance(logger, WandbLogger):
+        return str(logger.experiment.dir)
+    folder = getattr(logger, "log_dir", None)
+    return None if folder is None else str(folder)
 
 
 __all__ = ["DiagnosticCallback", "log_figure", "write_dashboards"]

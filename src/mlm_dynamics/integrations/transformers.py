@@ -34,6 +34,7 @@ wherever it is (``trainer.train(resume_from_checkpoint=path)``, ``args.resume_fr
 from __future__ import annotations
 
 import io
+import itertools
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -51,7 +52,7 @@ from .._io import atomic_write
 from ..models.base import Denoiser
 from ..models.families import denoiser_for, detect_family, is_masked_lm
 from ..models.huggingface import MaskedLMDenoiser
-from ..probes.base import Probe, ScheduledProbe, check_every
+from ..probes.base import Probe, ScheduledProbe, append_draws, check_every
 from ..probes.mixing import MeetingTimeProbe, RectangleProbe
 from ..report.writers import finite
 
@@ -210,16 +211,24 @@ class DiagnosticsCallback(TrainerCallback):
         if model is None or self.denoiser is None:
             raise RuntimeError("DiagnosticsCallback: a run before on_train_begin (attach it to the Trainer)")
         metrics: dict[str, float] = {}
+        ran: list[ScheduledProbe] = []
         self._running = True
         try:
             for scheduled in due:
-                metrics.update(scheduled.run(model, self.denoiser, stage=stage) or {})
+                logged = scheduled.run(model, self.denoiser, stage=stage)
+                if logged is not None:
+                    metrics.update(logged)
+                    ran.append(scheduled)
         finally:
             self._running = False
         with due[-1].charged():  # logging the runs is part of their cost (charged to the last)
             metrics = finite(metrics)
             if not metrics:
                 return
+            if state.is_world_process_zero:
+                for folder, scheduled in itertools.product(_log_folders(self._handler, args), ran):
+                    append_draws(folder, state.global_step, f"{scheduled.prefix}{scheduled.probe.group}/{stage}",
+                                 self.denoiser, scheduled.probe.draws())
             self.latest.update(metrics)
             state.log_history.append({**metrics, "step": state.global_step})
             if self._handler is not None:  # every report_to integration, as Trainer.log would; not handler.on_log,
@@ -247,7 +256,10 @@ class DiagnosticsCallback(TrainerCallback):
 
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                      **kwargs: Any) -> None:
-        """Remove the input hook: the model is left as it was given."""
+        """Remove the input hook: the model is left as it was given; warn about probes that never fitted the
+        budget."""
+        for scheduled in self.scheduled:
+            scheduled.finish()
         if self._hook is not None:
             self._hook.remove()
             self._hook = None
@@ -263,6 +275,24 @@ def _resumed_from() -> list[str]:
             return [str(value)]
         frame = frame.f_back  # type: ignore[assignment]
     return []
+
+
+def _log_folders(handler: CallbackHandler | None, args: TrainingArguments) -> set[str]:
+    """The folders the Trainer's TensorBoard and W&B integrations write this run's logs into (where
+    ``mlm-dynamics report`` reads them, and the draws go beside them); ``output_dir`` when neither is active."""
+    folders = set()
+    for callback in [] if handler is None else handler.callbacks:
+        if type(callback).__name__ == "TensorBoardCallback":
+            writer = getattr(callback, "tb_writer", None)
+            folder = (getattr(writer, "log_dir", None) or getattr(writer, "logdir", None)
+                      or getattr(callback, "logging_dir", None) or getattr(args, "logging_dir", None))
+        elif type(callback).__name__ == "WandbCallback":
+            folder = getattr(getattr(getattr(callback, "_wandb", None), "run", None), "dir", None)
+        else:
+            continue
+        if folder:
+            folders.add(str(folder))
+    return folders or {str(args.output_dir)}
 
 
 def _calling_handler() -> CallbackHandler | None:

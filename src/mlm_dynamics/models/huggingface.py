@@ -165,6 +165,7 @@ class MaskedLMDenoiser(Denoiser):
                              "model.set_default_language(...) first")
         self.mask_id: int = mask_id
         self.pad_id = pad_id
+        self.tokenizer = tokenizer  # to show drawn sequences as text (None: ids)
         self.model = model
         self.encoder = model.base_model
         self.model_type = model_type

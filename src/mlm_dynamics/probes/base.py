@@ -57,6 +57,7 @@ them to the budget.
 from __future__ import annotations
 
 import abc
+import json
 import logging
 import math
 import time
@@ -64,6 +65,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
@@ -122,6 +124,11 @@ class Probe(abc.ABC):
     @abc.abstractmethod
     def measure(self, denoiser: Denoiser, starts: StartStates, generator: torch.Generator) -> dict[str, float]:
         """The diagnostic's scalars (names without group or stage), drawing only from ``generator``."""
+
+    def draws(self) -> list[dict[str, list[int]]]:
+        """Sequences the latest run drew, as a few groups of ``label -> token ids`` (the others of a group are shown
+        against its first); default: none."""
+        return []
 
     def forward_rows(self, rows: int, sites: int) -> int | None:
         """The most forward rows one run can cost on ``rows`` start rows of ``sites`` resampled positions (the cost
@@ -507,6 +514,17 @@ class ScheduledProbe:
                                          "then restore)")
         return metrics
 
+    def finish(self) -> None:
+        """At the end of the loop: a warning when due runs were all skipped (nothing was measured), saying what one
+        run costs and how much loop time it would need at this ``overhead``. Adapters call it when the loop ends."""
+        if self.runs or self.stopped_runs or not self.skipped_runs or self.overhead is None:
+            return
+        cost = self.estimate or 0.0
+        self._warn_once("never", f"{type(self.probe).__name__}: none of its {self.skipped_runs} due runs fitted "
+                        f"within overhead={self.overhead} of the loop's {self.loop_seconds:.0f} s (a run costs about "
+                        f"{cost:.0f} s, so one needs about {cost / self.overhead:.0f} s of loop): nothing was "
+                        "measured. Raise overhead=, or make a run cheaper (fewer steps or starts).")
+
     def _warn_once(self, key: str, message: str) -> None:
         if key not in self._warned and _rank() == 0:
             self._warned.add(key)
@@ -539,6 +557,33 @@ class ScheduledProbe:
 
 class WeightsNotRestored(RuntimeError):
     """A ``weights=`` context left other parameters in the module: always raised, never counted as a failed run."""
+
+
+DRAWS_FILE = "mlm_dynamics-draws.jsonl"
+
+
+def draw_text(denoiser: Denoiser, ids: list[int]) -> str:
+    """Token ids as text, one space-separated piece per token (so that changes line up position by position):
+    the denoiser's tokenizer's tokens where it has one, the ids otherwise; padding left out."""
+    ids = [i for i in ids if i != denoiser.vocab.pad_id]
+    tokenizer = getattr(denoiser, "tokenizer", None)
+    pieces = tokenizer.convert_ids_to_tokens(ids) if tokenizer is not None else [str(i) for i in ids]
+    return " ".join(str(piece) for piece in pieces)
+
+
+def append_draws(folder: str | Path, step: int, key: str, denoiser: Denoiser,
+                 groups: list[dict[str, list[int]]]) -> None:
+    """Append one line to ``folder/``:data:`DRAWS_FILE` beside a run's logged values: ``step``, the metric ``key``
+    prefix (``mixing/val``) and the run's draws as text (:func:`draw_text`), which ``mlm-dynamics report`` shows.
+    Nothing for a run without draws."""
+    if not groups:
+        return
+    record = {"step": step, "key": key,
+              "draws": [{label: draw_text(denoiser, ids) for label, ids in group.items()} for group in groups]}
+    path = Path(folder) / DRAWS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps(record) + "\n")
 
 
 def failure_message(probe: str, error: BaseException) -> str:

@@ -14,7 +14,7 @@ from ..diagnostics.rectangle import RectangleReport, check_rectangle_options, sa
 from ..metrics.aggregates import MeetingTimeMetric, RectanglePrevalence
 from ..models.base import Denoiser, OutOfTime
 from ..sampling.categorical import check_temperature
-from ..sampling.coupling import CoupledGlauberChains, randomize_sites
+from ..sampling.coupling import CoupledGlauberChains, CoupledState, randomize_sites
 from ..sampling.glauber import GlauberSampler
 from .base import SCHEDULE_KEYS, MetricKey, Probe
 from .starts import StartStates
@@ -82,6 +82,11 @@ class MeetingTimeProbe(Probe):
         self.meeting = MeetingTimeMetric()
         self.lagged = MeetingTimeMetric(tv_steps=self.t_values) if lag else None
         self.latest: MeetingTimes | None = None
+        self._draws: list[dict[str, list[int]]] = []
+
+    def draws(self) -> list[dict[str, list[int]]]:
+        """The first pair of the latest run: both chains at step 0, and where they met (or both at its end)."""
+        return list(self._draws)
 
     def forward_rows(self, rows: int, sites: int) -> int:
         """``2 B max_steps`` (twice that, plus the lag, with ``lag``)."""
@@ -104,6 +109,7 @@ class MeetingTimeProbe(Probe):
                 raise
             stopped = True
         self.latest = meeting_times_of(state)
+        self._draws = [_pair_draw(tokens[0], y0[0], state)]
         self.meeting.to(tokens.device).reset()  # states on the model's device, so DDP can gather them
         self.meeting.update(self.latest)
         metrics = dict(self.meeting.compute())
@@ -118,6 +124,15 @@ class MeetingTimeProbe(Probe):
                 self.lagged.update(lagged)
                 metrics.update({f"lagged/{k}": v for k, v in self.lagged.compute().items()})
         return metrics
+
+
+def _pair_draw(x0: torch.Tensor, y0: torch.Tensor, state: CoupledState) -> dict[str, list[int]]:
+    """Pair 0 as ``label -> ids``: its chains at step 0 and at the end (one line once they met: they move together)."""
+    steps, met_at = int(state.x.step), int(state.met_at[0])
+    ends = ({f"x = y at step {steps} (met at step {met_at})": state.x.tokens[0].tolist()} if met_at >= 0 else
+            {f"x at step {steps} (not met)": state.x.tokens[0].tolist(),
+             f"y at step {steps} (not met)": state.y[0].tolist()})
+    return {"x (start row) at step 0": x0.tolist(), "y (random filling) at step 0": y0.tolist(), **ends}
 
 
 class RectangleProbe(Probe):

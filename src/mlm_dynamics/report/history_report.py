@@ -22,7 +22,7 @@ from matplotlib.figure import Figure
 
 from ..probes.keys import key_regex
 from .figures import SERIES_MARKERS, legend_outside, new_figure
-from .html import Section, generated_by, render_html, write_figures
+from .html import Section, generated_by, marked_changes, render_html, write_figures
 from .logs import LoggedRun
 from .writers import write_json, write_text
 
@@ -144,6 +144,13 @@ def write_history_report(runs: Sequence[LoggedRun], out_dir: Path, title: str) -
     sections += [Section(names[stem], figures=[(figure, f"{names[stem]} over training ({overlaid}"
                                                         f"{runs[0].source} log)")])
                  for stem, figure in drawn.items()]
+    rows = draw_rows(runs)
+    if rows:
+        sections.append(Section("Draws", paragraphs=[
+            "What the diagnostics drew, as the callbacks wrote it beside the log: at the first and the last run of "
+            "each probe, its sequences (a coupled pair: the start row and a random filling of its sites, then where "
+            "they met or both chains where the run ended), tokens that differ from the group's first marked."],
+            tables=[("draws at the first and last run", rows)]))
     images = {(f"{run.name}: {tag}" if several else tag): data for run in runs for tag, data in run.images.items()}
     if images:  # the latest figures the runs logged themselves
         tags = "".join(f'<figure><img alt="{html.escape(tag)}" src="data:image/png;base64,'
@@ -158,5 +165,22 @@ def write_history_report(runs: Sequence[LoggedRun], out_dir: Path, title: str) -
     return reports
 
 
-__all__ = ["HEADLINE", "SECTIONS", "findings", "history_figures", "history_report", "matching",
+def draw_rows(runs: Sequence[LoggedRun]) -> list[dict[str, Any]]:
+    """Table rows of the draws at the first and the last step each probe (``key``) wrote some, per run."""
+    rows: list[dict[str, Any]] = []
+    for run in runs:
+        for key in sorted({record["key"] for record in run.draws}):
+            records = [record for record in run.draws if record["key"] == key]
+            for chosen in records[:1] + records[1:][-1:]:  # the first and the last (once if only one)
+                for group in chosen["draws"]:
+                    reference = next(iter(group.values()), "")
+                    for label, sequence in group.items():
+                        rows.append({**({"run": run.name} if len(runs) > 1 else {}), "probe": key,
+                                     "step": chosen["step"], "sequence": label,
+                                     "tokens (differences from the first marked)": marked_changes(sequence,
+                                                                                                  reference)})
+    return rows
+
+
+__all__ = ["HEADLINE", "SECTIONS", "draw_rows", "findings", "history_figures", "history_report", "matching",
            "write_history_report"]

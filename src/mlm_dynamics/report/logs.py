@@ -27,7 +27,9 @@ import struct
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from ..probes.base import DRAWS_FILE
 from ..probes.keys import PROBES, key_regex
 
 GROUPS = tuple(probe.group for probe in PROBES)
@@ -41,8 +43,9 @@ _KEY = re.compile(r"(?:^|/)(" + "|".join(_DECLARED) + r")$")
 @dataclass
 class LoggedRun:
     """What a run logged: ``scalars`` per normalised key, ``images`` (latest PNG per tag), the ``source`` format,
-    the run's ``name`` (its folder, relative to the one read), the ``files`` read and ``notes`` on what was read
-    past (a record cut short at a file's end)."""
+    the run's ``name`` (its folder, relative to the one read), the ``files`` read, ``notes`` on what was read
+    past (a record cut short at a file's end) and the ``draws`` the callbacks wrote beside the log
+    (:data:`~mlm_dynamics.probes.base.DRAWS_FILE`: one record per run, ``step``, ``key`` and the sequences)."""
 
     source: str
     scalars: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
@@ -50,6 +53,7 @@ class LoggedRun:
     name: str = ""
     files: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    draws: list[dict[str, Any]] = field(default_factory=list)
 
     def add(self, key: str, step: int, value: float) -> None:
         """One logged value, if ``key`` is a diagnostics key (others, the module's own loss say, are skipped)."""
@@ -92,11 +96,34 @@ def read_logs(folder: Path, run: str | None = None) -> LoggedRun:
             reader(file, logged)
         except OSError as error:  # unreadable (permissions), vanished, a directory named like a log
             raise ValueError(f"{file}: cannot be read ({error.strerror or error})") from None
+    for draws in (folder / name / DRAWS_FILE, folder / name / "files" / DRAWS_FILE):  # W&B: the run's files/
+        if draws.is_file():
+            logged.files.append(str(draws))
+            logged.draws = _read_draws(draws)
     if not logged.scalars:
         files = ", ".join(logged.files)
         raise ValueError(f"LOGDIR: no diagnostics keys found in {files} (nothing logged under mixing/, rectangle/, "
                          "influence/, drift/ or traps/: were the callbacks attached and due?)")
     return logged.finish()
+
+
+def _read_draws(path: Path) -> list[dict[str, Any]]:
+    """The records of a draws file, the last one logged at each (step, key) kept (a resumed run writes again the
+    runs after its checkpoint); a line that is not such a record is refused, naming the file and line."""
+    kept: dict[tuple[int, str], dict[str, Any]] = {}
+    for line, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        try:
+            record = json.loads(text)
+            valid = (isinstance(record, dict) and isinstance(record.get("step"), int)
+                     and isinstance(record.get("key"), str) and isinstance(record.get("draws"), list)
+                     and all(isinstance(group, dict) and all(isinstance(v, str) for v in group.values())
+                             for group in record["draws"]))
+        except json.JSONDecodeError:
+            valid = False
+        if not valid:
+            raise ValueError(f"{path}, line {line}: not a draws record (JSON with step, key and draws)")
+        kept[(record["step"], record["key"])] = record
+    return [kept[k] for k in sorted(kept)]
 
 
 def _pick_run(folder: Path, runs: dict[str, list[Path]], run: str | None) -> str:
