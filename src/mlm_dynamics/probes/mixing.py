@@ -95,6 +95,7 @@ class MeetingTimeProbe(Probe):
 
     def measure(self, denoiser: Denoiser, starts: StartStates, generator: torch.Generator) -> dict[str, float]:
         """Run coupled pairs from the starts against independent fillings; meeting-time summary (and lagged bounds)."""
+        self._draws = []  # a run that fails or is discarded leaves no draws behind
         sampler = GlauberSampler(denoiser, self.temperature)
         chains = CoupledGlauberChains(sampler)
         tokens, sites, counts = starts.tokens, starts.sites, starts.counts
