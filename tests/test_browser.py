@@ -104,6 +104,11 @@ def test_job_reports_render_cleanly_and_lead_with_what_the_run_found(browser, re
     verdicts_top = page.evaluate("document.querySelector('h2').getBoundingClientRect().top")
     assert verdicts_top < VIEWPORT["height"] - 100, verdicts_top
     assert "mlm dynamics " in provenance[0] and " date 20" in provenance[0], provenance  # version and date
+    assert "Draws" in headings, headings  # every report shows what the chains drew, as text
+    marked = page.evaluate("document.querySelectorAll('td mark').length")
+    assert marked > 0, job  # ... with the tokens that changed marked
+    if job == "sweep":  # the pairs' distance over steps
+        assert page.evaluate("Array.from(document.images).some(i => i.alt.startsWith(\"each pair's distance\"))")
     if job == "run":
         assert {"Draws", "Traces"} <= set(headings), headings  # the chains themselves, as text and as traces
         assert headings[1] == "Key figures"

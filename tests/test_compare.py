@@ -9,7 +9,7 @@ import pytest
 
 from helpers import SMALL_JOBS, figure_problems
 from mlm_dynamics.cli import main
-from mlm_dynamics.report.compare_report import load_reports, meeting_figure
+from mlm_dynamics.report.compare_report import draw_rows, load_reports, meeting_figure
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +41,23 @@ def test_two_sweeps_side_by_side(two_sweeps, tmp_path, capsys):
     page = (out / "report.html").read_text()
     assert page.index("claims, side by side") < page.index("Where each run comes from")
     assert (out / "figures" / "scaling.png").is_file()
+    # the draws: each sweep's first pair at its lowest and highest temperature (largest n), as its report has it,
+    # one end line where it met and both chains where it never did
+    assert page.index(">Draws</h2>") > page.index("Where each run comes from")
+    rows = draw_rows(load_reports([two_sweeps / "short", two_sweeps / "long"]))
+    for name in ("short", "long"):
+        cells = json.loads((two_sweeps / name / "report.json").read_text())["sweep"]["cells"]
+        largest = max(cell["num_sites"] for cell in cells)
+        ladder = sorted(cell["temperature"] for cell in cells if cell["num_sites"] == largest)
+        for tau in (ladder[0], ladder[-1]):
+            (cell,) = [c for c in cells if c["num_sites"] == largest and c["temperature"] == tau]
+            draw = cell["draws"][0]
+            ends = ["x = y (met)"] if draw["met_at"] >= 0 else ["x (never met)", "y (never met)"]
+            shown = [row for row in rows if row["run"] == name and row["tau"] == f"{tau:g}"]
+            assert [row["chain"] for row in shown] == ["x", "y", *ends]
+            assert shown[0]["step"] == 0 and shown[-1]["step"] == (draw["met_at"] if draw["met_at"] >= 0
+                                                                   else f"> {cell['budget']:g}")
+    assert any(row["chain"] == "x (never met)" for row in rows)  # the 6-step budget leaves pairs apart
 
 
 def test_a_censored_median_is_drawn_as_a_bound_and_equal_runs_stay_apart():

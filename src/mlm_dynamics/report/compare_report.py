@@ -20,7 +20,7 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from .figures import SERIES_MARKERS, legend_outside, new_figure, temperature_axis
-from .html import Section, generated_by, quantile_text, render_html, write_figures
+from .html import Section, generated_by, marked_changes, quantile_text, render_html, write_figures
 from .writers import write_json, write_text
 
 
@@ -113,6 +113,37 @@ def scaling_rows(named: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str, 
             row[f"{name}: C(tau)"] = (f"{fit['C']:.3g} [{fit['C_low']:.3g}, {fit['C_high']:.3g}]"
                                       if fit.get("C") is not None else "no fit: " + str(fit.get("note", "")))
     return [rows[tau] for tau in sorted(rows)]
+
+
+def draw_rows(named: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One draw per run at its lowest and its highest temperature, as text, changes from the start marked: a run's
+    first chain of that temperature at its start and at the end; a sweep's first pair (natural start against a random
+    filling where there is one) at its largest length, at step 0 and where it met or both chains at the budget."""
+    column = "sequence (differences from the start marked)"
+    rows: list[dict[str, Any]] = []
+    for name, report in named:
+        if "sweep" in report:
+            largest = max(cell["num_sites"] for cell in report["sweep"]["cells"])
+            cells = sorted((c for c in report["sweep"]["cells"] if c["num_sites"] == largest and c.get("draws")),
+                           key=lambda c: c["temperature"])
+            for cell in cells[:1] + cells[1:][-1:]:
+                draw = cell["draws"][0]
+                budget = f"> {cell['budget']:g}"
+                ends = ([("x = y (met)", draw["met_at"], draw["x_end"])] if draw["met_at"] >= 0 else
+                        [("x (never met)", budget, draw["x_end"]), ("y (never met)", budget, draw["y_end"])])
+                for chain, step, text in [("x", 0, draw["x_start"]), ("y", 0, draw["y_start"]), *ends]:
+                    rows.append({"run": name, "tau": f"{cell['temperature']:g}", "chain": chain, "step": step,
+                                 column: marked_changes(text, draw["x_start"])})
+            continue
+        chains, ladder = report["chains"], report["config"]["temperatures"]
+        block = chains["num_chains"] // len(ladder)
+        for tau in sorted({min(ladder), max(ladder)}):
+            chain = ladder.index(tau) * block
+            start = chains["start_sequences"][chain]
+            for step, text in ((0, start), (chains["num_steps"], chains["final_sequences"][chain])):
+                rows.append({"run": name, "tau": f"{tau:g}", "chain": chain, "step": step,
+                             column: marked_changes(text, start)})
+    return rows
 
 
 def meeting_entries(report: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
@@ -222,6 +253,7 @@ def write_compare_report(folders: Sequence[Path], out_dir: Path) -> dict[str, An
         Section("Where each run comes from", tables=[("runs", provenance_rows(named))]),
         Section(title, tables=[("key numbers (censored: > lower bound)", numbers)],
                 figures=[(figure, f"{html.escape(title)}, runs overlaid") for figure in drawn.values()]),
+        Section("Draws", tables=[("each run at its lowest and highest temperature", draw_rows(named))]),
     ]
     write_figures(out_dir, drawn)
     write_text(out_dir / "report.html", render_html(f"mlm_dynamics: {len(named)} {kind}s side by side", sections,
@@ -240,5 +272,5 @@ def compare_summary(compared: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["claim_rows", "compare_summary", "load_reports", "meeting_entries", "meeting_rows", "provenance_rows",
-           "scaling_rows", "write_compare_report"]
+__all__ = ["claim_rows", "compare_summary", "draw_rows", "load_reports", "meeting_entries", "meeting_rows",
+           "provenance_rows", "scaling_rows", "write_compare_report"]
