@@ -249,6 +249,7 @@ class ScheduledProbe:
         self._shared_at_mark = 0.0
         self._warned: set[str] = set()
         self.latest: BatchRows | None = None
+        self._batch: Any = None  # the batch captured last, read when a run needs it
         self.last_metrics: dict[str, float] = {}
         self._evaluation_weights: torch.Tensor | None = None
 
@@ -288,23 +289,38 @@ class ScheduledProbe:
             self._spent(time.perf_counter() - started)
 
     def capture(self, batch: Any) -> None:
-        """Keep the first rows of ``batch`` as the next run's starts (unless ``start_tokens`` were given); the copy's
-        seconds count as diagnostics, not as the loop's. A batch that cannot be read is warned about once and leaves
-        the previous starts (``strict=True``: a ValueError)."""
+        """Keep ``batch`` as the source of the next run's starts (unless ``start_tokens`` were given): a reference
+        only, its first rows are copied when a run needs them (:meth:`starts`), so a step whose run is not due
+        costs nothing; the first batch is read at once, so a batch the probe cannot read is said at the start. A
+        batch that cannot be read is warned about once and leaves the previous starts (``strict=True``: a
+        ValueError)."""
         self.tick()
         if self.start_tokens is None:
-            started = time.perf_counter()
-            try:
-                self.latest = batch_rows(batch, self.num_starts, self.batch_to_tokens)
-            except ValueError as error:  # a batch the probe cannot read never ends the fit (unless strict)
-                if self.strict:
-                    raise
-                self._warn_once("capture", f"{type(self.probe).__name__}: {error}; the runs fail until a batch can "
-                                "be read (failed_runs counts them), the fit goes on")
+            self._batch = batch
+            if self.latest is None:
+                self._read_batch()
+
+    def _read_batch(self) -> None:
+        """Copy the first rows of the batch captured last into :attr:`latest`; the copy's seconds count as
+        diagnostics, not as the loop's."""
+        if self._batch is None:
+            return
+        batch, self._batch = self._batch, None
+        self.tick()
+        started = time.perf_counter()
+        try:
+            self.latest = batch_rows(batch, self.num_starts, self.batch_to_tokens)
+        except ValueError as error:  # a batch the probe cannot read never ends the fit (unless strict)
+            if self.strict:
+                raise
+            self._warn_once("capture", f"{type(self.probe).__name__}: {error}; the runs fail until a batch can "
+                            "be read (failed_runs counts them), the fit goes on")
+        finally:
             self._spent(time.perf_counter() - started)
 
     def starts(self, denoiser: Denoiser) -> StartStates:
         """The start states of the next run, on the denoiser's device."""
+        self._read_batch()
         if self.start_tokens is not None:
             rows = (BatchRows(self.start_tokens) if isinstance(self.start_tokens, torch.Tensor)
                     else pad_rows(self.start_tokens, denoiser.vocab.pad_id))
@@ -400,7 +416,7 @@ class ScheduledProbe:
         self.tick()
         if (self.overhead is not None and self.runs == self.stopped_runs == 0
                 and self.loop_seconds >= self._next_estimate
-                and (self.latest is not None or self.start_tokens is not None)):
+                and (self.latest is not None or self._batch is not None or self.start_tokens is not None)):
             self._estimate_on_starts(module, denoiser)
         spent = _max_over_ranks(self.seconds_used)
         if self.budget_seconds is not None and spent >= self.budget_seconds:
@@ -416,6 +432,7 @@ class ScheduledProbe:
         if not self.probe.pooled and _rank() != 0:
             return None
         name = f"{self.prefix}{self.probe.group}/{stage}/"
+        self._read_batch()  # only now that a run happens: a skipped step copies nothing
         allowed = self._allowed(spent)
         started = time.perf_counter()
         try:
@@ -534,6 +551,7 @@ class ScheduledProbe:
     def state_dict(self) -> dict[str, Any]:
         """Schedule, runs so far, seconds used (and the loop's), failures and skips, the random stream and the
         probe's state."""
+        self._read_batch()  # the latest starts go with the checkpoint
         return {"runs": self.runs, "seconds_used": self.seconds_used, "last_step": self.last_step,
                 "loop_seconds": self.loop_seconds, "failed_runs": self.failed_runs,
                 "skipped_runs": self.skipped_runs, "stopped_runs": self.stopped_runs, "estimate": self.estimate,
