@@ -538,8 +538,8 @@ class ScheduledProbe:
             return
         cost = self.estimate or 0.0
         self._warn_once("never", f"{type(self.probe).__name__}: none of its {self.skipped_runs} due runs fitted "
-                        f"within overhead={self.overhead} of the loop's {self.loop_seconds:.0f} s (a run costs about "
-                        f"{cost:.0f} s, so one needs about {cost / self.overhead:.0f} s of loop): nothing was "
+                        f"within overhead={self.overhead:.3g} of the loop's {self.loop_seconds:.3g} s (a run costs "
+                        f"about {cost:.3g} s, so one needs about {cost / self.overhead:.3g} s of loop): nothing was "
                         "measured. Raise overhead=, or make a run cheaper (fewer steps or starts).")
 
     def _warn_once(self, key: str, message: str) -> None:
