@@ -297,6 +297,19 @@ def _csv_with_bad_draws(root: Path, monkeypatch) -> Path:
     return folder
 
 
+def _unreadable_draws(root: Path, monkeypatch) -> Path:
+    folder = _csv_with_bad_draws(root, monkeypatch)
+    real = Path.read_text
+
+    def refuse(self, *args, **kwargs):
+        if self.name == "mlm_dynamics-draws.jsonl":
+            raise PermissionError(13, "Permission denied")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", refuse)
+    return folder
+
+
 def _wandb_with_bad_record(root: Path, monkeypatch) -> Path:
     """A .wandb file whose one chunk passes its checksum but does not decode as a Record."""
     import struct
@@ -318,8 +331,9 @@ def _wandb_with_bad_record(root: Path, monkeypatch) -> Path:
     (_unreadable_csv, "metrics.csv: cannot be read (Permission denied)"),
     (_wandb_with_bad_record, "record 0 is not a W&B record"),
     (_csv_with_bad_draws, "mlm_dynamics-draws.jsonl, line 2: not a draws record"),
+    (_unreadable_draws, "mlm_dynamics-draws.jsonl: cannot be read (Permission denied)"),
 ], ids=["empty csv", "csv cut in a number", "csv text cell", "no diagnostics keys", "unreadable csv",
-        "undecodable W&B record", "damaged draws"])
+        "undecodable W&B record", "damaged draws", "unreadable draws"])
 def test_report_refuses_damaged_logs_in_one_line(tmp_path, capsys, monkeypatch, setup, message):
     folder = setup(tmp_path, monkeypatch)
     assert main(["report", str(folder), "--out", str(tmp_path / "report")]) == 2

@@ -302,7 +302,8 @@ def _toy_model(source: str, n: int, coupling: float, field: float, states: int) 
 
 def _spins(ids: list[int]) -> str:
     """A toy chain's states as text: ``-``/``+`` for the two spins, digits for more states."""
-    return "".join(("-+"[i] if max(ids, default=0) < 2 else str(i)) for i in ids)
+    symbols = "-+" if max(ids, default=0) < 2 else "0123456789"
+    return "".join(symbols[i] if i < len(symbols) else f"({i})" for i in ids)
 
 
 def _group(model: Denoiser, natural: Tensor, cells: list[GridCell], config: SweepConfig,
@@ -372,11 +373,11 @@ def _collect(group: _Group, config: SweepConfig, steps: int) -> list[SweepCell]:
     for index, cell in enumerate(group.cells):
         met_at, kinds = group.pairs.meeting(index)
         censored = met_at < 0
-        rows = (group.pairs.layout.cell == index).nonzero().squeeze(1)
+        pairs = (group.pairs.layout.cell == index).nonzero().squeeze(1)
         result = SweepCell(temperature=cell.temperature, num_sites=cell.num_sites, sites=list(cell.sites),
                            meeting=MeetingTimes(times=torch.where(censored, steps, met_at), censored=censored,
                                                 max_steps=steps), kinds=kinds,
-                           coupling_trace=traces[:, rows], trace_every=every, draws=_draws(group, rows))
+                           coupling_trace=traces[:, pairs], trace_every=every, draws=_draws(group, pairs))
         if group.drift is not None:
             rows = group.drift.layout.cell == index
             for threshold, times in zip(sorted(config.drift.thresholds), hitting, strict=True):

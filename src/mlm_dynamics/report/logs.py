@@ -111,7 +111,11 @@ def _read_draws(path: Path) -> list[dict[str, Any]]:
     """The records of a draws file, the last one logged at each (step, key) kept (a resumed run writes again the
     runs after its checkpoint); a line that is not such a record is refused, naming the file and line."""
     kept: dict[tuple[int, str], dict[str, Any]] = {}
-    for line, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    try:
+        text_of_file = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: cannot be read ({getattr(error, 'strerror', None) or error})") from None
+    for line, text in enumerate(text_of_file.splitlines(), 1):
         try:
             record = json.loads(text)
             valid = (isinstance(record, dict) and isinstance(record.get("step"), int)
