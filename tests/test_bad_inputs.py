@@ -277,16 +277,21 @@ def _csv_run(root: Path, text: str) -> Path:
     return root / "logs"
 
 
-def _unreadable_csv(root: Path, monkeypatch) -> Path:
-    folder = _csv_run(root, "step,mixing/train/censored_fraction\n1,0.5\n")
+def _refuse_reading(monkeypatch, name: str) -> None:
+    """Reading a file called ``name`` raises PermissionError, as an unreadable file would."""
     real = Path.read_text
 
     def refuse(self, *args, **kwargs):
-        if self.name == "metrics.csv":
+        if self.name == name:
             raise PermissionError(13, "Permission denied")
         return real(self, *args, **kwargs)
 
     monkeypatch.setattr(Path, "read_text", refuse)
+
+
+def _unreadable_csv(root: Path, monkeypatch) -> Path:
+    folder = _csv_run(root, "step,mixing/train/censored_fraction\n1,0.5\n")
+    _refuse_reading(monkeypatch, "metrics.csv")
     return folder
 
 
@@ -299,14 +304,7 @@ def _csv_with_bad_draws(root: Path, monkeypatch) -> Path:
 
 def _unreadable_draws(root: Path, monkeypatch) -> Path:
     folder = _csv_with_bad_draws(root, monkeypatch)
-    real = Path.read_text
-
-    def refuse(self, *args, **kwargs):
-        if self.name == "mlm_dynamics-draws.jsonl":
-            raise PermissionError(13, "Permission denied")
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(Path, "read_text", refuse)
+    _refuse_reading(monkeypatch, "mlm_dynamics-draws.jsonl")
     return folder
 
 
