@@ -13,7 +13,7 @@ from mlm_dynamics.cli import main
 from mlm_dynamics.experiments import CheckpointError, OutputLock, load_checkpoint, save_checkpoint
 from mlm_dynamics.experiments.checkpoint import MAGIC, _digest, fingerprint
 from mlm_dynamics.models import PairwiseMRFDenoiser
-from mlm_dynamics.sampling import ChainState, GlauberSampler
+from mlm_dynamics.sampling import ChainState, CoupledGlauberChains, GlauberSampler
 
 QUICK = ["--set", "model.num_layers=1", "--set", "chains.num_chains=2",
          "--set", "temperatures=[1.0, 2.0]", "--set", "run.record_every=2",
@@ -119,14 +119,14 @@ def test_a_second_run_into_the_same_out_is_refused(tmp_path, capsys):
 
 def test_sigint_says_where_the_last_checkpoint_is(tmp_path, capsys, monkeypatch):
     pytest.importorskip("antiberty")
-    real_step = GlauberSampler.step
+    real_step = CoupledGlauberChains.step_record
 
     def interrupted_at_three(self, state):
-        if state.step == 3:
+        if state.x.step == 3:
             raise KeyboardInterrupt
         return real_step(self, state)
 
-    monkeypatch.setattr(GlauberSampler, "step", interrupted_at_three)
+    monkeypatch.setattr(CoupledGlauberChains, "step_record", interrupted_at_three)
     arguments = ["run", "--out", str(tmp_path), "--set", "run.num_steps=6", "--set", "run.checkpoint_every=2", *QUICK]
     assert main(arguments) == 130
     error = capsys.readouterr().err

@@ -27,7 +27,7 @@ def test_cli_report_and_callback_metrics_agree_on_the_same_data():
     config = load_config(RunConfig, "antiberty-default", [
         "model.num_layers=1", "chains.num_chains=2",
         "temperatures=[1.0, 2.0]", "run.num_steps=4", "run.record_every=2",
-        "coupling.num_pairs=3", "coupling.max_steps=6", "rectangle.pairs_per_context=2", "rectangle.num_tokens=3",
+        "coupling.num_pairs=3", "coupling.max_steps=4", "rectangle.pairs_per_context=2", "rectangle.num_tokens=3",
         "influence.enabled=false"])
     result = run_chains(config)
     report = run_report(result)
@@ -41,4 +41,4 @@ def test_cli_report_and_callback_metrics_agree_on_the_same_data():
     rectangle.update(result.rectangle)
     for key, value in rectangle.compute().items():
         assert report["rectangle"][key] == pytest.approx(value, rel=1e-12), key
-    assert report["mixing"]["budget"] == 6 and 0 <= report["mixing"]["censored_fraction"] <= 1
+    assert report["mixing"]["budget"] == 4 and 0 <= report["mixing"]["censored_fraction"] <= 1

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import shlex
 import signal
@@ -21,10 +22,12 @@ import torch
 
 from .experiments import ConfigError, OutputLock, RunConfig, RunInterrupted, load_config, run_chains
 from .experiments.checkpoint import checkpoint_step
+from .experiments.common import machine_threads
 from .experiments.config import PRESETS, field_default, presets
 from .experiments.rectangles import RectangleTableConfig, run_rectangle_table
 from .experiments.semantics import CaseStudyConfig, run_case_study
 from .experiments.sweep import SweepConfig, run_sweep
+from .models.cost import CostLedger, process_started
 from .report.compare_report import compare_summary, write_compare_report
 from .report.history_report import findings, write_history_report
 from .report.logs import read_logs
@@ -91,6 +94,17 @@ def interrupted_line(args: argparse.Namespace, argv: list[str], detail: str) -> 
     return f"mlm-dynamics: interrupted{detail}; {where}; continue with: {command}"
 
 
+def seconds(text: str) -> float:
+    """``--budget``: a finite number of seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text!r}")
+    return value
+
+
 def one_line(text: str) -> str:
     """A message on one line (YAML and transformers errors span several)."""
     return "; ".join(" ".join(line.split()) for line in text.splitlines() if line.strip())
@@ -117,6 +131,10 @@ def parser() -> argparse.ArgumentParser:
         job.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                          help="override a config value, e.g. --set 'temperatures=[0.5, 1.0]'")
         job.add_argument("--quiet", action="store_true", help="no progress bars")
+        if name == "run":
+            job.add_argument("--budget", type=seconds, default=None, metavar="SECONDS",
+                             help="wall-clock seconds for the whole job: it stops at the deadline and writes the "
+                                  "report of what it measured, saying what stays open (Ctrl-C does the same)")
         if name == "sweep":
             job.add_argument("--devices", type=int, default=1,
                              help="shard the cells over N processes per node (Lightning Fabric; GPUs or CPU cores)")
@@ -157,8 +175,10 @@ def presets_text(name: str | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; return the exit code (0 done, 2 bad input, 130 interrupted)."""
+    started = process_started() if argv is None else None  # the command itself: its bill counts the imports
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser().parse_args(argv)
+    args.started = started
     if args.command == "presets":
         try:
             print(presets_text(args.name), end="" if args.name else "\n")
@@ -170,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         return _history(args)
     if args.command == "compare":
         return _compare(args)
-    torch.set_num_threads(min(torch.get_num_threads(), 16))
+    torch.set_num_threads(machine_threads())
     schema = JOBS[args.command][0]
     previous = signal.signal(signal.SIGTERM, _interrupt) if threading.current_thread() is threading.main_thread() \
         else None
@@ -241,9 +261,13 @@ def _compare(args: argparse.Namespace) -> int:
 def _run_job(args: argparse.Namespace, config: Any) -> str | None:
     """Run the job, write its report; the printed summary (``None`` on a cluster rank that does not merge)."""
     if args.command == "run":
-        result = run_chains(config, args.out, resume=args.resume)
-        write_run_report(result, args.out)
-        return run_summary(result)
+        result = run_chains(config, args.out, resume=args.resume, budget=args.budget,
+                            ledger=CostLedger(args.started))
+        report = write_run_report(result, args.out)
+        if result.stopped is not None and result.stopped.startswith("interrupted"):
+            raise RunInterrupted(result.stopped.removeprefix("interrupted") + f" (report of what was measured: "
+                                 f"{args.out / 'report.json'})")
+        return f"{run_summary(result)}\n{report['cost']['line']}"
     if args.command == "rectangle-table":
         table = run_rectangle_table(config)
         write_rectangle_table(config, table, args.out)

@@ -60,6 +60,12 @@ class LocalMargins:
         log_p = (self.logits / temperature).log_softmax(-1).gather(-1, self.current[..., None]).squeeze(-1)
         return torch.where(self.valid, -torch.expm1(log_p), math.nan)
 
+    def pseudo_log_likelihood_energy(self) -> Tensor:
+        """``[B]``: ``E(x) = -sum_i log softmax(l_i)[x_i]`` over the sites with a margin, the energy
+        :class:`~mlm_dynamics.sampling.energy.PseudoLogLikelihoodEnergy` computes from the same rows (no forward)."""
+        log_p = self.logits.log_softmax(-1).gather(-1, self.current[..., None]).squeeze(-1)
+        return -torch.where(self.valid, log_p, 0.0).sum(1)
+
     def escape_bound(self, temperature: float) -> Tensor:
         """``q(Delta_i, tau)`` per chain and site, ``[B, n]``; bounds :meth:`change_probability`."""
         return escape_probability_bound(self.margin, self.num_allowed, temperature)
@@ -85,7 +91,8 @@ def local_margins(denoiser: Denoiser, tokens: Tensor, *, sites: Tensor | None = 
                   chunk_size: int = 256, attention_mask: Tensor | None = None) -> LocalMargins:
     """Margins of ``tokens [B, L]`` at ``sites [B, n]`` (default: all non-frame, non-padding positions); with
     ``site_counts [B]`` row ``b`` has margins at its first ``site_counts[b]`` sites only (the padding is ``nan``,
-    left out like masked tokens); ``attention_mask [B, L]``: each row's padding. Cost: ``B n`` forward rows."""
+    left out like masked tokens); ``attention_mask [B, L]``: each row's padding. Cost: ``B' n`` forward rows, ``B'`` the
+    number of distinct rows (chains that share a start cost one row set)."""
     mask = check_attention_mask(attention_mask, tokens)
     if sites is None and mask is not None:
         sites, site_counts = denoiser.padded_sites(tokens, attention_mask=mask)
@@ -95,10 +102,16 @@ def local_margins(denoiser: Denoiser, tokens: Tensor, *, sites: Tensor | None = 
         raise ValueError(f"sites must be [n] or [B, n] positions with n >= 1, got {tuple(sites.shape)}")
     sites = sites.to(tokens.device).expand(tokens.shape[0], -1)
     batch, n = sites.shape
-    rows = tokens.repeat_interleave(n, 0)
-    positions = sites.reshape(-1, 1)
-    masks = None if mask is None else mask.repeat_interleave(n, 0)
-    logits = denoiser.chunked_conditional_logits(rows, positions, chunk_size, masks)[:, 0].double().view(batch, n, -1)
+    # rows that repeat one another (chains started from one sequence) are computed once
+    key = torch.cat([tokens, sites] + ([] if mask is None else [mask.long()]), 1)
+    distinct, inverse = torch.unique(key, dim=0, return_inverse=True)
+    first = torch.full((len(distinct),), batch, dtype=torch.long, device=tokens.device).scatter_reduce(
+        0, inverse, torch.arange(batch, device=tokens.device), "amin")
+    rows = tokens[first].repeat_interleave(n, 0)
+    positions = sites[first].reshape(-1, 1)
+    masks = None if mask is None else mask[first].repeat_interleave(n, 0)
+    logits = denoiser.chunked_conditional_logits(rows, positions, chunk_size, masks)[:, 0].double()
+    logits = logits.view(len(first), n, -1)[inverse]
     allowed = denoiser.vocab.allowed_mask(tokens.device)
     logits = logits.masked_fill(~allowed, -math.inf)
     current = tokens.gather(1, sites)

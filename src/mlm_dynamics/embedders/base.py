@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..models.base import Denoiser
+from ..models.base import Denoiser, count_forward
 from ..models.huggingface import MaskedLMDenoiser
 
 
@@ -133,7 +133,9 @@ class HiddenStateEmbedder(EmbedderBase):
 
     @torch.no_grad()
     def __call__(self, tokens: Tensor, mask: Tensor | None = None) -> Tensor:
-        """Embeddings ``[B, D]``; ``mask [B, L]`` chooses the positions pooled (default: the non-frame ones)."""
+        """Embeddings ``[B, D]``; ``mask [B, L]`` chooses the positions pooled (default: the non-frame ones). Cost: one
+        encoder forward of ``B`` rows (counted by open meters, :func:`~mlm_dynamics.models.base.count_forward`)."""
+        count_forward(tokens)
         hidden = self.denoiser.hidden_states(tokens.to(self.denoiser.device))
         pooled = self.denoiser.free_mask(tokens) if mask is None else mask
         keep = pooled.to(hidden.device, hidden.dtype)[..., None]

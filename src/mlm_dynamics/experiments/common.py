@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import math
+import os
 import platform
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,6 +27,19 @@ from ..models.pretrained import (
 from .config import DTYPES, TOY_SOURCES, ConfigError, ModelConfig, check_device
 
 Codec = TextCodec | ResidueCodec
+
+
+def machine_threads(cap: int = 16) -> int:
+    """The intra-op threads this process may really use: the CPUs it is allowed to run on, within the cgroup's CPU
+    quota (``/sys/fs/cgroup/cpu.max``, a container's limit, which torch's own default ignores), at most ``cap``."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            cpus = min(cpus, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, min(cpus, cap))
 
 
 def build_model(spec: ModelConfig) -> tuple[Denoiser, Codec]:

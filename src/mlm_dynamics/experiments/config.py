@@ -155,8 +155,10 @@ class StepsConfig:
 
 @dataclass
 class CouplingConfig:
-    """Maximally coupled pairs (start sequence vs random tokens on the sites) followed for ``max_steps``:
-    ``num_pairs`` at each temperature of the run's ladder, all in one batch; met pairs leave the batch."""
+    """Maximally coupled pairs (a chain's start vs random tokens on the sites) followed for ``max_steps``, at most
+    ``run.num_steps`` (the chains' loop serves them, each pair's first chain one of the run's chains where its
+    temperature has enough; a larger value is cut to it, with a note): ``num_pairs`` at each temperature of the run's
+    ladder; met pairs leave the batch."""
 
     enabled: bool = True
     num_pairs: int = 4
@@ -289,7 +291,8 @@ class RunConfig:
         """What a resumed run must share with its checkpoint: everything but the budgets and the report sections."""
         data = to_dict(self)
         return {key: data[key] for key in ("temperatures", "model", "chains", "sampler", "semantics")} | {
-            "record_every": self.run.record_every}
+            "record_every": self.run.record_every, "coupled_pairs": self.coupling.num_pairs
+            if self.coupling.enabled else 0}
 
 
 TOY_SOURCES = ("ising", "potts", "curie-weiss")

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
@@ -25,23 +26,25 @@ from ..diagnostics.margins import LocalMargins, local_margins
 from ..diagnostics.meeting import MeetingTimes, meeting_times_of
 from ..diagnostics.rectangle import RectangleReport, sample_rectangles
 from ..embedders.base import HiddenStateEmbedder, cosine_distance
-from ..models.base import Denoiser
+from ..models.base import Denoiser, OutOfTime, forward_deadline
+from ..models.cost import CostLedger
 from ..models.huggingface import MaskedLMDenoiser
-from ..sampling.coupling import CoupledGlauberChains, randomize_sites, resampled_mask
-from ..sampling.energy import PseudoLogLikelihoodEnergy
+from ..sampling.coupling import CoupledGlauberChains, CoupledState, randomize_sites, resampled_mask
 from ..sampling.glauber import ChainState, GlauberSampler
 from ..tracking.drift import random_fill_distances, random_fill_scale
 from ..tracking.monitor import ChainMonitor
 from ..tracking.traps import TrapEvent, TrapTracker, trap_statistics
-from .checkpoint import RunInterrupted, fingerprint, load_checkpoint, restoring, save_checkpoint
+from .checkpoint import fingerprint, load_checkpoint, restoring, save_checkpoint
 from .common import Codec, build_model, crop_context, provenance, start_tokens, window_sites
 from .config import ConfigError, RunConfig, to_dict
 
+SectionT = TypeVar("SectionT")
 
 @dataclass
 class CouplingResult:
     """Meeting times of maximally coupled pairs (start sequence vs random tokens) per temperature of the ladder, and
-    the pairs' Hamming distances at the start and at the end (0 once met)."""
+    the pairs' Hamming distances at the start and at the end (0 once met); ``seconds`` of the loop that served them
+    with the chains, ``rows`` the forward rows spent on the pairs beyond the chains' own."""
 
     times: dict[float, MeetingTimes]
     hamming_start: list[int]
@@ -88,7 +91,9 @@ class SemanticsResult:
 
 @dataclass
 class ChainRunResult:
-    """Everything the ``run`` job measured; :func:`mlm_dynamics.report.run_report` turns it into JSON."""
+    """Everything the ``run`` job measured; :func:`mlm_dynamics.report.run_report` turns it into JSON. ``cost``: the
+    ledger of what each phase spent; ``stopped``: why the job ended before its plan (the budget, Ctrl-C), or
+    ``None``."""
 
     config: RunConfig
     model: dict[str, float]
@@ -104,10 +109,25 @@ class ChainRunResult:
     notes: list[str] = field(default_factory=list)
     claims: ClaimsReport | None = None
     environment: dict[str, str] = field(default_factory=dict)
+    cost: CostLedger | None = None
+    stopped: str | None = None
 
 
-def run_chains(config: RunConfig, out_dir: Path | None = None, *, resume: bool = False) -> ChainRunResult:
+def run_chains(config: RunConfig, out_dir: Path | None = None, *, resume: bool = False,
+               budget: float | None = None, ledger: CostLedger | None = None) -> ChainRunResult:
     """Run the job described by ``config`` (validated); checkpoints go to ``out_dir/checkpoint.pt``.
+
+    The plan, served by one loop: every step is one forward pass over the rows still live -- the chains, and the
+    coupled pairs' partner chains until they meet (each pair's ``x`` is one of the chains where the temperature has
+    enough of them), with pairs that can no longer meet within ``coupling.max_steps`` stopped exactly
+    (:meth:`~mlm_dynamics.sampling.coupling.CoupledGlauberChains.stop_hopeless`) --, then the sections that read the
+    final states (rectangles, margins, influence). Every phase is charged to :attr:`ChainRunResult.cost`.
+
+    ``budget``: seconds for the whole job (model load included, counted from ``ledger``'s start: pass one made at
+    the process start to count the imports too); the loop stops at the deadline (the chains end at
+    the step reached, open pairs are censored there), later sections that do not fit are skipped, and the result says
+    so in :attr:`ChainRunResult.stopped` and its notes. Ctrl-C does the same (``stopped`` starts with
+    ``interrupted``), so a report of what was measured can still be written.
 
     With ``resume=True`` the chains, their RNG and the report's accumulators continue from the checkpoint, which
     must come from the same model, chains and sampler config and the same start state (verified), up to
@@ -116,9 +136,12 @@ def run_chains(config: RunConfig, out_dir: Path | None = None, *, resume: bool =
     config.validate()
     if resume and out_dir is None:
         raise ValueError("out_dir is required for --resume")
-    t0 = time.perf_counter()
-    denoiser, codec = build_model(config.model)
-    load_seconds = time.perf_counter() - t0
+    if budget is not None and not (isinstance(budget, (int, float)) and math.isfinite(budget) and budget > 0):
+        raise ConfigError(f"--budget must be a number of seconds > 0, got {budget!r}")
+    ledger = CostLedger() if ledger is None else ledger
+    deadline = math.inf if budget is None else ledger.started + budget
+    with ledger.phase("model load"):
+        denoiser, codec = build_model(config.model)
     tokens = start_tokens(config.chains.sequences, config.chains.num_chains, codec,
                           max_length=denoiser.vocab.max_length).to(denoiser.device)
     window, notes = config.chains.window, []
@@ -128,19 +151,20 @@ def run_chains(config: RunConfig, out_dir: Path | None = None, *, resume: bool =
                                           key="chains.crop")
         window, notes = [first, first + window[1] - window[0]], [note]
     sites = window_sites(denoiser, tokens, window)
+    ledger.time_bare_forward(denoiser, tokens)
     temperatures = config.per_chain_temperatures()
-    sampler = GlauberSampler(denoiser, torch.tensor(temperatures, dtype=torch.float64), **to_dict(config.sampler))
-    state = sampler.init_state(tokens, generator=config.chains.seed, sites=sites)
-    start = state.tokens.clone()
-    pll = PseudoLogLikelihoodEnergy(denoiser, sites=sites)
-    start_energy = pll(start)
+    plan = _Plan(config, denoiser, tokens, sites)
+    notes += plan.notes
+    chains = plan.chains
+    state = plan.state
+    num_chains = tokens.shape[0]
+    start = tokens.clone()
     checkpoint_path = None if out_dir is None else out_dir / "checkpoint.pt"
     fingerprints = {"config": fingerprint(config.resume_fingerprint()), "start_state": fingerprint([start, sites])}
     progress: dict[str, Any] = {"changes": torch.zeros(sites.shape, dtype=torch.long, device=tokens.device),
-                                "changed_steps": torch.zeros(tokens.shape[0], device=tokens.device),
+                                "changed_steps": torch.zeros(num_chains, device=tokens.device),
                                 "log_prob_sum": 0.0}
-    generator = as_generator(config.chains.seed, "coupling", device=tokens.device)
-    watch = _Semantics(denoiser, state, config) if config.semantics.enabled else None
+    watch = _Semantics(denoiser, plan.chain_view(), config, ledger) if config.semantics.enabled else None
     num_steps, record_every, every = config.run.num_steps, config.run.record_every, config.run.checkpoint_every
     trajectory = _Trajectory(None if out_dir is None else out_dir / "trajectory.csv")
     if resume:
@@ -150,7 +174,8 @@ def run_chains(config: RunConfig, out_dir: Path | None = None, *, resume: bool =
             raise ConfigError(f"run.num_steps: {num_steps} is below step {saved_step}, where the checkpoint "
                               f"{checkpoint_path} stopped; resume with run.num_steps >= {saved_step}")
         with restoring(checkpoint_path):
-            state, progress = ChainState.from_state_dict(saved["chains"], tokens.device), saved["progress"]
+            state, progress = CoupledState.from_state_dict(saved["pairs"], tokens.device), saved["progress"]
+            plan.state = state
             trajectory.resume(int(progress["trajectory_bytes"]))
             if watch is not None:
                 watch.resume(progress["semantics"], out_dir / "semantics.bin")
@@ -159,73 +184,200 @@ def run_chains(config: RunConfig, out_dir: Path | None = None, *, resume: bool =
         if watch is not None and out_dir is not None:
             watch.log_to(out_dir / "semantics.bin")
 
-    first_step = state.step
-    t1 = time.perf_counter()
-    try:
-        for record in sampler.run(state, num_steps - state.step):
-            moved = record.new_tokens != record.old_tokens
-            progress["changed_steps"] += moved.any(1).float()
-            progress["log_prob_sum"] += float(record.log_prob.mean())
-            progress["changes"] += ((sites[:, :, None] == record.positions[:, None, :]) & moved[:, None, :]).any(2)
-            if record.step % record_every == 0:
-                trajectory.add(_trajectory_rows(record.step, state.tokens, start, codec))
-            if watch is not None:
-                watch.observe(state)
-            if every and checkpoint_path is not None and (record.step % every == 0 or record.step == num_steps):
-                progress["trajectory_bytes"] = trajectory.sync()  # the records hold what the checkpoint holds
-                if watch is not None:
-                    progress["semantics"] = watch.state_dict()
-                save_checkpoint(checkpoint_path, {"chains": state.state_dict(), "progress": progress},
-                                fingerprints=fingerprints, step=record.step)
-    except KeyboardInterrupt:
-        raise RunInterrupted(f" at step {state.step}") from None
-    if num_steps % record_every:  # the final state, off the recording grid: after every checkpoint, so a longer
-        trajectory.add(_trajectory_rows(num_steps, state.tokens, start, codec))  # resumed run does not keep it
+    first_step = state.x.step
+    stopped: str | None = None
+    with ledger.phase("chains and pairs"):
+        try:
+            with forward_deadline(deadline - time.perf_counter()):
+                while plan.live():
+                    record = chains.step_record(state)
+                    step = record.step
+                    moved = record.new_tokens[:num_chains] != record.old_tokens[:num_chains]
+                    progress["changed_steps"] += moved.any(1).float()
+                    progress["log_prob_sum"] += float(record.log_prob[:num_chains].mean())
+                    progress["changes"] += ((sites[:, :, None] == record.positions[:num_chains, None, :])
+                                            & moved[:, None, :]).any(2)
+                    if step % record_every == 0:
+                        trajectory.add(_trajectory_rows(step, state.x.tokens[:num_chains], start, codec))
+                    if watch is not None:
+                        watch.observe(plan.chain_view())
+                    plan.after_step()
+                    if every and checkpoint_path is not None and (step % every == 0 or step == num_steps):
+                        progress["trajectory_bytes"] = trajectory.sync()  # the records hold what the checkpoint holds
+                        if watch is not None:
+                            progress["semantics"] = watch.state_dict()
+                        save_checkpoint(checkpoint_path, {"pairs": state.state_dict(), "progress": progress},
+                                        fingerprints=fingerprints, step=step)
+        except OutOfTime:
+            stopped = f"budget: the {budget:g} s ran out at step {state.x.step}"
+        except KeyboardInterrupt:
+            stopped = f"interrupted at step {state.x.step}"
+    steps_done = state.x.step
+    final = state.x.tokens[:num_chains].clone()
+    if stopped is not None:
+        state.stop(state.open)  # the open pairs are censored at the step reached
+        notes.append(f"stopped early ({stopped}): the chains ran {steps_done} of {num_steps} steps, open coupled "
+                     "pairs are censored there")
+    if steps_done % record_every:  # the final state, off the recording grid, after every checkpoint
+        trajectory.add(_trajectory_rows(steps_done, final, start, codec))
     trajectory.sync()
-    chain_seconds = time.perf_counter() - t1
-    end_energy = pll(state.tokens)
-    hamming = (state.tokens != start).sum(1).float()
+    chain_seconds = ledger.phases["chains and pairs"].seconds
+    sections = _Sections(ledger, deadline, stopped)
+    site_start = sections.run("margins", lambda: local_margins(denoiser, start, sites=sites, chunk_size=CHUNK_ROWS))
+    site_final = sections.run("margins", lambda: local_margins(denoiser, final, sites=sites, chunk_size=CHUNK_ROWS))
+    hamming = (final != start).sum(1).float()
     by_temperature = []
     for tau in sorted(set(temperatures)):
         rows = torch.tensor([t == tau for t in temperatures], device=tokens.device)
         by_temperature.append({"temperature": tau, "change_rate": float(progress["changed_steps"][rows].mean()
-                                                                         / num_steps),
+                                                                         / max(steps_done, 1)),
                                "hamming_to_start_mean": float(hamming[rows].mean())})
-    chains = {
-        "num_chains": tokens.shape[0], "num_sites": sites.shape[1], "num_steps": num_steps,
+    chains_summary = {
+        "num_chains": num_chains, "num_sites": sites.shape[1], "num_steps": steps_done,
         "by_temperature": by_temperature,
-        "steps_per_second": round((num_steps - first_step) / max(chain_seconds, 1e-9), 3),
-        "change_rate": float(progress["changed_steps"].mean() / num_steps),
-        "mean_log_prob_of_proposal": progress["log_prob_sum"] / num_steps,
+        "steps_per_second": round((state.x.step - first_step) / max(chain_seconds, 1e-9), 3),
+        "change_rate": float(progress["changed_steps"].mean() / max(steps_done, 1)),
+        "mean_log_prob_of_proposal": progress["log_prob_sum"] / max(steps_done, 1),
         "hamming_to_start_mean": float(hamming.mean()), "hamming_to_start_max": int(hamming.max()),
         "site_change_counts": progress["changes"].sum(0).tolist(),
-        "pll_energy_start_mean": float(start_energy.mean()), "pll_energy_end_mean": float(end_energy.mean()),
-        "unique_final_sequences": len({codec.decode(t.tolist()) for t in state.tokens}),
+        "pll_energy_start_mean": math.nan if site_start is None else
+        float(site_start.pseudo_log_likelihood_energy().mean()),
+        "pll_energy_end_mean": math.nan if site_final is None else
+        float(site_final.pseudo_log_likelihood_energy().mean()),
+        "unique_final_sequences": len({codec.decode(t.tolist()) for t in final}),
     }
     result = ChainRunResult(
-        config=config, chains=chains, trajectory=trajectory.rows,
+        config=config, chains=chains_summary, trajectory=trajectory.rows,
         model={"vocab_size": denoiser.vocab.size, "parameters": sum(p.numel() for p in denoiser.parameters()),
-               "load_seconds": round(load_seconds, 2)},
-        final_sequences=[codec.decode(t.tolist()) for t in state.tokens],
+               "load_seconds": round(ledger.phases["model load"].seconds, 2)},
+        final_sequences=[codec.decode(t.tolist()) for t in final],
         start_sequences=[codec.decode(t.tolist()) for t in start], notes=notes,
-        environment=provenance(config.model, denoiser))
+        environment=provenance(config.model, denoiser), cost=ledger)
     if watch is not None:
         result.semantics = watch.result(temperatures)
     if config.coupling.enabled:
-        result.coupling = measure_coupling(denoiser, config, start, sites, config.temperatures, generator)
+        result.coupling = plan.coupling_result(ledger)
+    generator = as_generator(config.chains.seed, "coupling", device=tokens.device)
     if config.rectangle.enabled:
         spec = config.rectangle
-        result.rectangle = sample_rectangles(denoiser, state.tokens, pairs_per_context=spec.pairs_per_context,
-                                             num_tokens=spec.num_tokens, max_distance=spec.max_distance,
-                                             temperature=config.main_temperature, sites=sites,
-                                             generator=generator)
-    if config.margins.enabled:
-        result.margins = {name: local_margins(denoiser, t, sites=sites)
-                          for name, t in (("start", start), ("final", state.tokens))}
+        result.rectangle = sections.run("rectangles", lambda: sample_rectangles(
+            denoiser, final, pairs_per_context=spec.pairs_per_context, num_tokens=spec.num_tokens,
+            max_distance=spec.max_distance, temperature=config.main_temperature, sites=sites, generator=generator,
+            chunk_size=CHUNK_ROWS))
+    if config.margins.enabled and site_start is not None and site_final is not None:
+        result.margins = {"start": site_start, "final": site_final}
     if config.influence.enabled:
-        result.influence = measure_influence(denoiser, state.tokens, sites, config, generator)
-    result.claims = run_claims(result)
+        result.influence = sections.run("influence", lambda: measure_influence(denoiser, final, sites, config,
+                                                                               generator))
+    result.notes += sections.notes
+    result.stopped = stopped or sections.stopped
+    with ledger.phase("claims"):
+        result.claims = run_claims(result)
     return result
+
+
+CHUNK_ROWS = 64  # rows per forward pass of the sections: per-row cost is flat from 8 to 64 rows and grows beyond
+
+
+class _Sections:
+    """Runs the sections after the loop, each charged to its phase, while the deadline allows: a section that the
+    deadline or Ctrl-C ends is dropped and the later ones are skipped, with a note."""
+
+    def __init__(self, ledger: CostLedger, deadline: float, stopped: str | None) -> None:
+        self.ledger, self.deadline, self.stopped = ledger, deadline, stopped
+        self.notes: list[str] = []
+
+    def run(self, name: str, work: Callable[[], SectionT]) -> SectionT | None:
+        if self.stopped is not None:
+            if not any(name in note for note in self.notes):
+                self.notes.append(f"{name}: not measured ({self.stopped})")
+            return None
+        try:
+            with self.ledger.phase(name), forward_deadline(self.deadline - time.perf_counter()):
+                return work()
+        except OutOfTime:
+            self.stopped = "budget: the job's time ran out"
+        except KeyboardInterrupt:
+            self.stopped = "interrupted"
+        self.notes.append(f"{name}: not measured ({self.stopped})")
+        return None
+
+
+class _Plan:
+    """The run's rows as one :class:`~mlm_dynamics.sampling.coupling.CoupledState`: rows ``[0, C)`` are the chains
+    (each the ``x`` of a coupled pair where its temperature still needs pairs, its partner a uniformly random filling
+    of the sites; else a partner equal to it, which costs nothing), rows ``[C, C + E)`` extra pairs from the first
+    start sequence where a temperature has fewer chains than ``coupling.num_pairs``. Chains move on after their pair
+    met until ``run.num_steps``; extra pairs leave the batch when they meet; open pairs stop exactly when they can no
+    longer meet within ``coupling.max_steps``, and are censored there. What a step serves depends on the step and
+    the state only, so a run resumed to a larger ``run.num_steps`` is the longer run, bit for bit."""
+
+    def __init__(self, config: RunConfig, denoiser: Denoiser, tokens: Tensor, sites: Tensor) -> None:
+        self.config = config
+        temperatures = config.per_chain_temperatures()
+        num_chains = tokens.shape[0]
+        pairs = config.coupling.num_pairs if config.coupling.enabled else 0
+        paired, extra_temperatures = [], []
+        for tau in config.temperatures:
+            rows = [c for c, t in enumerate(temperatures) if t == tau]
+            paired += rows[:pairs]
+            extra_temperatures += [tau] * max(pairs - len(rows), 0)
+        extra = len(extra_temperatures)
+        x0 = torch.cat([tokens, tokens[:1].expand(extra, -1)])
+        row_sites = torch.cat([sites, sites[:1].expand(extra, -1)])
+        measured = torch.zeros(num_chains + extra, dtype=torch.bool, device=tokens.device)
+        measured[paired] = True
+        measured[num_chains:] = True
+        generator = as_generator(config.chains.seed, "coupling", device=tokens.device)
+        filled = randomize_sites(denoiser, x0, row_sites, generator)
+        y0 = torch.where(measured[:, None], filled, x0)
+        ladder = torch.tensor(temperatures + extra_temperatures, dtype=torch.float64)
+        sampler = GlauberSampler(denoiser, ladder, **to_dict(config.sampler))
+        self.chains = CoupledGlauberChains(sampler)
+        self.state = self.chains.init_state(x0, y0, generator=config.chains.seed, sites=row_sites)
+        self.state.freeze = torch.arange(len(x0), device=tokens.device) >= num_chains
+        self.measured, self.num_chains = measured, num_chains
+        self.row_temperatures = temperatures + extra_temperatures
+        self.hamming_start = (x0 != y0).sum(1)[measured].tolist()
+        self.budget = min(config.coupling.max_steps, config.run.num_steps)
+        self.notes = [] if self.budget == config.coupling.max_steps or not pairs else [
+            f"coupling.max_steps {config.coupling.max_steps} is above run.num_steps {config.run.num_steps}: the pairs "
+            f"ride on the chains' steps and were followed for {self.budget}"]
+
+    def chain_view(self) -> ChainState:
+        """The chains (rows ``[0, C)``) as a :class:`ChainState` sharing the pairs' tensors."""
+        x, c = self.state.x, self.num_chains
+        return ChainState(tokens=x.tokens[:c], sites=x.sites[:c], generator=x.generator, step=x.step,
+                          counts=None if x.counts is None else x.counts[:c])
+
+    def live(self) -> bool:
+        """Whether another step has rows to serve: the chains run ``run.num_steps`` (>= ``coupling.max_steps``)."""
+        return self.state.x.step < self.config.run.num_steps
+
+    def after_step(self) -> None:
+        """Stop the open pairs that cannot meet within the pairs' budget, and at that budget every open pair."""
+        state = self.state
+        if self.config.coupling.enabled:
+            self.chains.stop_hopeless(state, self.budget)
+            if state.x.step >= self.budget:
+                state.stop(state.open)
+
+    def coupling_result(self, ledger: CostLedger) -> CouplingResult:
+        """Meeting times per temperature of the measured pairs, censored at the budget or where they were
+        stopped."""
+        pooled = meeting_times_of(self.state)
+        budget = self.budget
+        taus = [t for t, m in zip(self.row_temperatures, self.measured.tolist(), strict=True) if m]
+        times, censored = pooled.times[self.measured], pooled.censored[self.measured]
+        by_temperature = {tau: MeetingTimes(times=times[torch.tensor([t == tau for t in taus])],
+                                            censored=censored[torch.tensor([t == tau for t in taus])],
+                                            max_steps=min(budget, int(pooled.max_steps or budget)))
+                          for tau in self.config.temperatures}
+        end = (self.state.x.tokens != self.state.y).sum(1)[self.measured].tolist()
+        chain_rows = self.num_chains * self.state.x.step
+        return CouplingResult(times=by_temperature, hamming_start=self.hamming_start, hamming_end=end,
+                              seconds=round(ledger.phases["chains and pairs"].seconds, 2),
+                              rows=self.state.rows - chain_rows)
 
 
 def run_claims(result: ChainRunResult) -> ClaimsReport:
@@ -284,35 +436,13 @@ def _trajectory_rows(step: int, tokens: Tensor, start: Tensor, codec: Codec) -> 
              "sequence": codec.decode(tokens[chain].tolist())} for chain in range(tokens.shape[0])]
 
 
-def measure_coupling(denoiser: Denoiser, config: RunConfig, start: Tensor, sites: Tensor,
-                     temperatures: list[float], generator: torch.Generator) -> CouplingResult:
-    """``coupling.num_pairs`` pairs per temperature, the first start sequence vs uniformly random tokens on its sites,
-    all temperatures in one batch (per-row temperatures; met pairs leave the batch), for ``coupling.max_steps``."""
-    num_pairs, max_steps = config.coupling.num_pairs, config.coupling.max_steps
-    rows = num_pairs * len(temperatures)
-    x0 = start[:1].expand(rows, -1).clone()
-    pair_sites = sites[:1].expand(rows, -1)
-    y0 = randomize_sites(denoiser, x0, pair_sites, generator)
-    ladder = torch.tensor(temperatures, dtype=torch.float64).repeat_interleave(num_pairs)
-    sampler = GlauberSampler(denoiser, ladder, **to_dict(config.sampler))
-    t0 = time.perf_counter()
-    chains = CoupledGlauberChains(sampler, freeze_met=True)
-    state = chains.init_state(x0, y0, generator=as_generator(generator, "pairs"), sites=pair_sites)
-    initial = (state.x.tokens != state.y).sum(1).tolist()
-    pooled = meeting_times_of(chains.run(state, max_steps))
-    times = {tau: MeetingTimes(times=pooled.times[k * num_pairs:(k + 1) * num_pairs],
-                               censored=pooled.censored[k * num_pairs:(k + 1) * num_pairs], max_steps=pooled.max_steps)
-             for k, tau in enumerate(temperatures)}
-    return CouplingResult(times=times, hamming_start=initial, hamming_end=(state.x.tokens != state.y).sum(1).tolist(),
-                          seconds=round(time.perf_counter() - t0, 2), rows=state.rows)
-
-
 def measure_influence(denoiser: Denoiser, tokens: Tensor, sites: Tensor, config: RunConfig,
                       generator: torch.Generator) -> InfluenceEstimate:
     """Influence among the first ``influence.max_sites`` resampled sites (sums over those sites: lower estimates)."""
     spec = config.influence
     return estimate_influence(denoiser, tokens[: spec.num_contexts], temperatures=config.temperatures,
-                              sites=sites[0, : spec.max_sites], replacements=spec.replacements, generator=generator)
+                              sites=sites[0, : spec.max_sites], replacements=spec.replacements, generator=generator,
+                              chunk_size=CHUNK_ROWS)
 
 
 class _Semantics:
@@ -321,7 +451,8 @@ class _Semantics:
     basins for the landscape: in memory, and with an output directory appended to ``semantics.bin`` (one record of
     step, basins and float32 embeddings per observation), so a checkpoint stores that file's length, not them."""
 
-    def __init__(self, denoiser: Denoiser, state: ChainState, config: RunConfig) -> None:
+    def __init__(self, denoiser: Denoiser, state: ChainState, config: RunConfig, ledger: CostLedger) -> None:
+        self.ledger = ledger
         if not isinstance(denoiser, MaskedLMDenoiser):
             raise ConfigError("semantics needs a masked LM's hidden states; set semantics.enabled=false")
         spec = config.semantics
@@ -333,15 +464,17 @@ class _Semantics:
 
         start = state.tokens.clone()
         generator = as_generator(config.chains.seed, "drift-scale", device=start.device)
-        self.scale = float(random_fill_scale(random_fill_distances(
-            embedder, denoiser, start, state.sites, samples=spec.reference_samples, generator=generator,
-            site_counts=state.counts)))
+        with ledger.phase("semantics"):
+            self.scale = float(random_fill_scale(random_fill_distances(
+                embedder, denoiser, start, state.sites, samples=spec.reference_samples, generator=generator,
+                site_counts=state.counts)))
         self.monitor = ChainMonitor(embedder, every=spec.every,
                                     thresholds=[t * self.scale for t in spec.thresholds],
                                     traps=TrapTracker(radius=spec.trap_radius * self.scale, dwell=spec.dwell,
                                                       basin_radius=spec.basin_radius * self.scale),
                                     temperature=config.main_temperature, prefix="", keep_history=1)
-        self.monitor.start(state)
+        with ledger.phase("semantics"):
+            self.monitor.start(state)
         assert self.monitor.drift.reference is not None  # set by start
         self.embeddings: list[Tensor] = [self.monitor.drift.reference.float().cpu()]
         self.basins: list[Tensor] = [torch.full((start.shape[0],), -1)]
@@ -360,7 +493,9 @@ class _Semantics:
                 + embeddings.float().numpy().tobytes())
 
     def observe(self, state: ChainState) -> None:
-        if self.monitor.observe(state) is None:
+        with self.ledger.phase("semantics"):
+            observed = self.monitor.observe(state)
+        if observed is None:
             return
         traps = self.monitor.traps
         assert traps is not None and self.monitor.drift.latest_embeddings is not None
@@ -407,5 +542,5 @@ class _Semantics:
                                events=list(traps.events))
 
 
-__all__ = ["TRAJECTORY_FIELDS", "ChainRunResult", "CouplingResult", "SemanticsResult", "measure_coupling",
+__all__ = ["TRAJECTORY_FIELDS", "ChainRunResult", "CouplingResult", "SemanticsResult",
            "measure_influence", "run_chains", "run_claims"]

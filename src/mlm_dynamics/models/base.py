@@ -130,6 +130,42 @@ def forward_deadline(seconds: float) -> Iterator[Deadline]:
         _DEADLINE.reset(token)
 
 
+@dataclass
+class Meter:
+    """Forward passes counted at the door while :func:`metering` holds it open: ``rows`` (sequences), ``tokens``
+    (sequences x positions), ``calls`` (passes); ``excluded_seconds`` is for the owner's bookkeeping (time an inner
+    meter took, see :class:`~mlm_dynamics.models.cost.CostLedger`)."""
+
+    rows: int = 0
+    tokens: int = 0
+    calls: int = 0
+    excluded_seconds: float = 0.0
+
+
+_METERS: ContextVar[tuple[Meter, ...]] = ContextVar("mlm_dynamics_forward_meters", default=())
+
+
+@contextmanager
+def metering(meter: Meter) -> Iterator[Meter]:
+    """Within the block, every :meth:`Denoiser.conditional_logits` call adds its rows, tokens and one call to
+    ``meter`` (and to every meter opened around the block)."""
+    token = _METERS.set((*_METERS.get(), meter))
+    try:
+        yield meter
+    finally:
+        _METERS.reset(token)
+
+
+def count_forward(tokens: Tensor) -> None:
+    """Add a forward pass over ``tokens [B, L]`` to every open :class:`Meter`: what a diagnostic calls before a
+    forward of the model that does not go through :meth:`Denoiser.conditional_logits` (hidden states for
+    embeddings)."""
+    for meter in _METERS.get():
+        meter.rows += int(tokens.shape[0])
+        meter.tokens += int(tokens.numel())
+        meter.calls += 1
+
+
 class Denoiser(nn.Module, abc.ABC):
     """Base class: validated access to masked conditionals.
 
@@ -167,10 +203,13 @@ class Denoiser(nn.Module, abc.ABC):
 
         Raises:
             OutOfTime: under :func:`forward_deadline`, once its deadline has passed (before the forward pass).
+
+        Under :func:`metering` the pass is counted (rows, tokens, one call) before it runs.
         """
         limit = _DEADLINE.get()
         if limit is not None:
             limit.admit(int(tokens.shape[0]))
+        count_forward(tokens)
         if positions.dim() == 1:
             positions = positions[:, None]
         self._validate(tokens, positions)
@@ -281,4 +320,5 @@ def mask_positions(tokens: Tensor, positions: Tensor, mask_id: int) -> Tensor:
     return tokens.scatter(1, positions, mask_id)
 
 
-__all__ = ["Denoiser", "VocabInfo", "check_attention_mask", "mask_positions", "require_integer"]
+__all__ = ["Denoiser", "Meter", "VocabInfo", "check_attention_mask", "count_forward", "mask_positions", "metering",
+           "require_integer"]

@@ -13,8 +13,9 @@ from matplotlib.figure import Figure
 
 from ..experiments.config import to_dict
 from ..experiments.run import TRAJECTORY_FIELDS, ChainRunResult
+from ..models.cost import CostLedger
 from . import figures
-from .html import Section, claims_section, marked_changes, quantile_text, render_html, write_figures
+from .html import Section, claims_section, cost_record, marked_changes, quantile_text, render_html, write_figures
 from .writers import write_csv, write_json, write_text
 
 
@@ -26,7 +27,8 @@ def run_report(result: ChainRunResult) -> dict[str, Any]:
     report: dict[str, Any] = {"config": to_dict(result.config), "model": result.model,
                               "chains": {**result.chains, "start_sequences": result.start_sequences,
                                          "final_sequences": result.final_sequences},
-                              "notes": result.notes, "environment": result.environment}
+                              "notes": result.notes, "environment": result.environment,
+                              "stopped": result.stopped}
     if result.semantics is not None:
         semantics = result.semantics
         report["semantics"] = {"scale": semantics.scale, **semantics.metrics,
@@ -151,7 +153,17 @@ CAPTIONS = {
 
 
 def write_run_report(result: ChainRunResult, out_dir: Path) -> dict[str, Any]:
-    """Write ``report.json``, ``trajectory.csv``, ``figures/*.png`` and ``report.html``; returns the report."""
+    """Write ``report.json``, ``trajectory.csv``, ``figures/*.png`` and ``report.html``; returns the report, whose
+    ``cost`` (:func:`~.html.cost_record`) includes writing them."""
+    ledger = result.cost if result.cost is not None else CostLedger()
+    with ledger.phase("report and figures"):
+        report = _write_pages(result, out_dir)
+    report["cost"] = cost_record(ledger)
+    write_json(out_dir / "report.json", report)
+    return report
+
+
+def _write_pages(result: ChainRunResult, out_dir: Path) -> dict[str, Any]:
     report = run_report(result)
     if result.trajectory:  # a run with an output directory appended its rows to trajectory.csv there already
         write_csv(out_dir / "trajectory.csv", result.trajectory, TRAJECTORY_FIELDS)
@@ -181,9 +193,9 @@ def write_run_report(result: ChainRunResult, out_dir: Path) -> dict[str, Any]:
         if name in report:
             tables.append((name, [{k: v for k, v in report[name].items() if not isinstance(v, (list, dict))}]))
     sections.append(Section("Numbers", tables=tables))
+    cost = None if result.cost is None else cost_record(result.cost)
     write_text(out_dir / "report.html", render_html("mlm_dynamics run", sections, report["config"],
-                                                    result.environment))
-    write_json(out_dir / "report.json", report)
+                                                    result.environment, cost))
     return report
 
 

@@ -26,7 +26,7 @@ from torch import Tensor
 from .._random import Randomness
 from ..models.base import Denoiser, require_integer
 from .categorical import inverse_cdf, sample_categorical
-from .glauber import ChainState, GlauberSampler, stream_sites
+from .glauber import ChainState, GlauberSampler, StepRecord, stream_sites
 from .streams import mix, uniforms
 
 PAIR_SLOTS = 4  # uniforms per pair and step with per-pair streams: site, coupling decision, token of x, token of y
@@ -136,24 +136,51 @@ def _residual(p: Tensor, overlap: Tensor) -> Tensor:
 class CoupledState:
     """Pairs of chains ``(x, y)``; ``x`` carries the shared schedule and RNG, ``met_at`` is -1 until they meet.
 
-    ``rows`` counts the forward rows spent so far (the uncompacted cost is ``2 P`` per step).
+    ``rows`` counts the forward rows spent so far (the uncompacted cost is ``2 P`` per step). ``freeze [P]`` (``None``:
+    the chains' ``freeze_met`` for every pair) says which pairs leave the batch once met; the others move on as one
+    chain at one row, so their ``x`` stays a chain of the sampler. ``stopped_at [P]`` is the step at which a pair
+    was stopped unmet (``-1``: running or met): it then costs nothing and its meeting time is censored there.
     """
 
     x: ChainState
     y: Tensor
     met_at: Tensor
     rows: int = 0
+    freeze: Tensor | None = None
+    stopped_at: Tensor | None = None
+
+    @property
+    def stopped(self) -> Tensor:
+        """``[P]`` True for pairs stopped unmet."""
+        return torch.zeros_like(self.met_at, dtype=torch.bool) if self.stopped_at is None else self.stopped_at >= 0
+
+    @property
+    def open(self) -> Tensor:
+        """``[P]`` True for pairs that have neither met nor been stopped."""
+        return (self.met_at < 0) & ~self.stopped
+
+    def stop(self, pairs: Tensor, at: int | None = None) -> None:
+        """Stop the unmet pairs among ``pairs`` (``[P]`` bool), censored at step ``at`` (default: now); they leave
+        the forward batch, ``x`` included."""
+        if self.stopped_at is None:
+            self.stopped_at = torch.full_like(self.met_at, -1)
+        chosen = pairs.to(self.met_at.device) & self.open
+        self.stopped_at[chosen] = self.x.step if at is None else at
 
     def state_dict(self) -> dict[str, Any]:
-        """Both chains' states and the meeting steps, for checkpoints."""
-        return {"x": self.x.state_dict(), "y": self.y.clone(), "met_at": self.met_at.clone(), "rows": self.rows}
+        """Both chains' states, the meeting and stopping steps, for checkpoints."""
+        return {"x": self.x.state_dict(), "y": self.y.clone(), "met_at": self.met_at.clone(), "rows": self.rows,
+                "freeze": None if self.freeze is None else self.freeze.clone(),
+                "stopped_at": None if self.stopped_at is None else self.stopped_at.clone()}
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any], device: torch.device | str | None = None) -> CoupledState:
         """A state from :meth:`state_dict`, on ``device``."""
         x = ChainState.from_state_dict(state["x"], device)
+        optional = {k: None if state.get(k) is None else state[k].to(x.tokens.device).clone()
+                    for k in ("freeze", "stopped_at")}
         return cls(x=x, y=state["y"].to(x.tokens.device).clone(), met_at=state["met_at"].to(x.tokens.device).clone(),
-                   rows=int(state.get("rows", 0)))
+                   rows=int(state.get("rows", 0)), **optional)
 
 
 def resampled_mask(state: ChainState) -> Tensor:
@@ -204,7 +231,15 @@ class CoupledGlauberChains:
 
     @torch.no_grad()
     def step(self, state: CoupledState) -> Tensor:
-        """Advance every pair one step; returns the Hamming distance ``[P]`` between the chains afterwards.
+        """Advance every pair one step; returns the Hamming distance ``[P]`` between the chains afterwards."""
+        self.step_record(state)
+        return (state.x.tokens != state.y).sum(1)
+
+    @torch.no_grad()
+    def step_record(self, state: CoupledState) -> StepRecord:
+        """Advance every pair one step in one forward pass over the rows that still matter (``x`` of the pairs that
+        move, ``y`` of the open ones); returns the step of the ``x`` chains as a :class:`~.glauber.StepRecord`
+        (rows that did not move keep their tokens, with log-probability 0).
 
         With per-pair streams (``x.streams``), pair ``p`` draws its site, its coupling decision and its two tokens
         from its own key and the step (:data:`PAIR_SLOTS` uniforms), whatever else is in the batch.
@@ -214,40 +249,62 @@ class CoupledGlauberChains:
         index = sampler.choose_sites(chains) if drawn is None else stream_sites(drawn[:, 0], chains.site_counts)
         positions = chains.sites.gather(1, index)
         met = state.met_at >= 0
-        active = (~met).nonzero().squeeze(1)
-        moving = active if self.freeze_met else torch.arange(len(met), device=met.device)
+        freeze = torch.full_like(met, self.freeze_met) if state.freeze is None else state.freeze.to(met.device)
+        open_pairs = ~met & ~state.stopped
+        active = open_pairs.nonzero().squeeze(1)
+        moving = (open_pairs | (met & ~freeze)).nonzero().squeeze(1)
         rows = torch.cat([chains.tokens[moving], state.y[active]])
         row_index = torch.cat([moving, active])
         mask = None if chains.attention_mask is None else chains.attention_mask[row_index]
-        logits = sampler.denoiser.conditional_logits(rows, positions[row_index], mask)
-        probs = sampler.log_probs(logits, sampler.row_temperature(row_index)).exp()
-        state.rows += len(row_index)
-        p, q = probs[: len(moving)], probs[len(moving):]
-        new_x = positions.new_empty((len(moving), positions.shape[1]))
-        coupled_y = None
-        together = met[moving]
-        if together.any():
-            if drawn is None:
-                new_x[together] = sample_categorical(p[together].flatten(0, 1), chains.generator).view(
-                    int(together.sum()), -1)
-            else:
-                new_x[together] = inverse_cdf(p[together][:, 0], drawn[moving[together], 1])[:, None]
-        if len(active):
-            if drawn is None:
-                coupled_x, flat_y = maximal_coupling(p[~together].flatten(0, 1), q.flatten(0, 1), chains.generator)
-            else:
-                coupled_x, flat_y = coupled_draw(p[~together][:, 0], q[:, 0], drawn[active, 1:])
-            new_x[~together] = coupled_x.view(len(active), -1)
-            coupled_y = flat_y.view(len(active), -1)
-        chains.tokens[moving] = chains.tokens[moving].scatter(1, positions[moving], new_x)
-        if not self.freeze_met:
-            state.y[met] = chains.tokens[met]  # met pairs move together
-        if coupled_y is not None:
-            state.y[active] = state.y[active].scatter(1, positions[active], coupled_y)
+        old = chains.tokens.gather(1, positions)
+        log_prob = torch.zeros(old.shape, dtype=sampler.sampling_dtype, device=old.device)
+        if len(row_index):
+            logits = sampler.denoiser.conditional_logits(rows, positions[row_index], mask)
+            log_q = sampler.log_probs(logits, sampler.row_temperature(row_index))
+            probs = log_q.exp()
+            state.rows += len(row_index)
+            p, q = probs[: len(moving)], probs[len(moving):]
+            new_x = positions.new_empty((len(moving), positions.shape[1]))
+            coupled_y = None
+            together = met[moving]
+            if together.any():
+                if drawn is None:
+                    new_x[together] = sample_categorical(p[together].flatten(0, 1), chains.generator).view(
+                        int(together.sum()), -1)
+                else:
+                    new_x[together] = inverse_cdf(p[together][:, 0], drawn[moving[together], 1])[:, None]
+            if len(active):
+                if drawn is None:
+                    coupled_x, flat_y = maximal_coupling(p[~together].flatten(0, 1), q.flatten(0, 1),
+                                                         chains.generator)
+                else:
+                    coupled_x, flat_y = coupled_draw(p[~together][:, 0], q[:, 0], drawn[active, 1:])
+                new_x[~together] = coupled_x.view(len(active), -1)
+                coupled_y = flat_y.view(len(active), -1)
+            log_prob[moving] = log_q[: len(moving)].gather(-1, new_x[..., None]).squeeze(-1).to(log_prob.dtype)
+            chains.tokens[moving] = chains.tokens[moving].scatter(1, positions[moving], new_x)
+            following = met & ~freeze
+            state.y[following] = chains.tokens[following]  # met pairs that move, move together
+            if coupled_y is not None:
+                state.y[active] = state.y[active].scatter(1, positions[active], coupled_y)
         chains.step += 1
-        newly_met = ~met & (chains.tokens == state.y).all(1)
+        newly_met = open_pairs & (chains.tokens == state.y).all(1)
         state.met_at[newly_met] = chains.step
-        return (chains.tokens != state.y).sum(1)
+        new = chains.tokens.gather(1, positions)
+        return StepRecord(step=chains.step, positions=positions, old_tokens=old, new_tokens=new, log_prob=log_prob,
+                          accepted=torch.ones(old.shape[0], dtype=torch.bool, device=old.device))
+
+    def stop_hopeless(self, state: CoupledState, max_steps: int) -> Tensor:
+        """Stop the open pairs that cannot meet within ``max_steps`` steps of the chains' start: a step changes at
+        most ``block_size`` sites of each chain, so a pair ``d`` sites apart needs ``ceil(d / k)`` more steps. Their
+        meeting times are censored at ``max_steps`` exactly as if they had run there (no estimate involved).
+        Returns the ``[P]`` pairs stopped now."""
+        distance = (state.x.tokens != state.y).sum(1)
+        needed = (distance + self.sampler.block_size - 1) // self.sampler.block_size
+        hopeless = state.open & (needed > max_steps - state.x.step)
+        if hopeless.any():
+            state.stop(hopeless, at=max_steps)
+        return hopeless
 
     def run(self, state: CoupledState, max_steps: int) -> CoupledState:
         """Step until every pair has met or ``max_steps`` steps were taken; ``state.met_at`` then holds each pair's
@@ -256,7 +313,7 @@ class CoupledGlauberChains:
         if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 0:
             raise ValueError(f"max_steps must be a non-negative integer, got {max_steps!r}")
         start = state.x.step
-        while (state.met_at < 0).any() and state.x.step - start < max_steps:
+        while bool(state.open.any()) and state.x.step - start < max_steps:
             self.step(state)
         return state
 
