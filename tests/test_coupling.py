@@ -9,6 +9,7 @@ from mlm_dynamics import GlauberSampler, PairwiseMRFDenoiser
 from mlm_dynamics.diagnostics.meeting import lagged_meeting_times, meeting_times, meeting_times_of
 from mlm_dynamics.sampling.coupling import CoupledGlauberChains, maximal_coupling
 from mlm_dynamics.sampling.exact import glauber_transition_matrix, state_index, tv_to_stationarity
+from mlm_dynamics.sampling.streams import stream_key
 
 N = 200_000
 
@@ -176,3 +177,59 @@ def test_met_pairs_leave_the_batch_without_changing_the_law_of_meeting_times():
     assert ks_2samp(loose.times.numpy(), frozen.times.numpy()).pvalue > 1e-3
     assert rows_frozen == 2 * int(frozen.times.sum())  # each pair costs 2 rows per step until it meets
     assert rows_loose == pairs * int(loose.times.max()) + int(loose.times.sum())
+
+
+def test_pairs_that_cannot_meet_are_stopped_without_changing_any_meeting_time():
+    """stop_hopeless stops a pair d sites apart only when fewer than d steps are left (one site changes per step),
+    so every meeting time and censoring flag is exactly the run's without it (per-pair streams: a pair's draws do not
+    depend on which others are still in the batch), at fewer rows."""
+    model = PairwiseMRFDenoiser.random(8, 3, scale=1.2, generator=5)
+    pairs, budget = 400, 30
+    x0 = torch.zeros(pairs, 8, dtype=torch.long)
+    y0 = torch.full((pairs, 8), 2, dtype=torch.long)
+    sampler = GlauberSampler(model, torch.full((pairs,), 0.7))
+    results = {}
+    for stopping in (False, True):
+        chains = CoupledGlauberChains(sampler, freeze_met=True)
+        state = chains.init_state(x0, y0, streams=torch.tensor([stream_key(3, k) for k in range(pairs)]))
+        while bool(state.open.any()) and state.x.step < budget:
+            chains.step(state)
+            if stopping:
+                chains.stop_hopeless(state, budget)
+        if state.x.step < budget:  # all pairs met or stopped: the rest of the budget costs nothing
+            state.stop(state.open, at=budget)
+        results[stopping] = (meeting_times_of(state), state.rows, state)
+    (plain, rows_plain, _), (stopped, rows_stopped, state) = results[False], results[True]
+    assert 0 < plain.censored_fraction < 1
+    assert torch.equal(plain.times, stopped.times) and torch.equal(plain.censored, stopped.censored)
+    assert plain.budget == stopped.budget == budget
+    assert bool(state.stopped.any()) and bool((state.met_at[state.stopped] < 0).all())
+    assert rows_plain == 2 * int(plain.times.sum())  # 2 rows per pair and step until it meets or the budget ends
+    assert rows_stopped < rows_plain
+
+
+def test_pairs_may_keep_moving_after_they_meet_while_others_leave():
+    """Per-pair freeze: met pairs with freeze False move on as one chain (one row each), the others leave the batch;
+    a stopped pair is censored where it stopped, its y leaves the batch and its x too unless it must stay a
+    chain."""
+    model = PairwiseMRFDenoiser.ising_chain(5, coupling=0.5)
+    pairs = 6
+    chains = CoupledGlauberChains(GlauberSampler(model, 2.0))
+    state = chains.init_state(torch.zeros(pairs, 5, dtype=torch.long), torch.ones(pairs, 5, dtype=torch.long),
+                              generator=0)
+    state.freeze = torch.tensor([False, False, False, True, True, True])
+    while bool((state.met_at < 0).any()):
+        chains.step(state)
+    before, x_before = state.rows, state.x.tokens.clone()
+    for _ in range(50):
+        chains.step(state)
+    assert state.rows - before == 50 * 3  # three moving pairs, one row each
+    assert torch.equal(state.x.tokens[3:], x_before[3:]) and torch.equal(state.x.tokens, state.y)
+    assert not torch.equal(state.x.tokens[:3], x_before[:3])
+    fresh = chains.init_state(torch.zeros(3, 5, dtype=torch.long), torch.ones(3, 5, dtype=torch.long), generator=1)
+    fresh.freeze = torch.tensor([True, False, False])
+    fresh.stop(torch.tensor([True, True, False]))
+    chains.step(fresh)
+    # pair 0 stopped and frozen: nothing; pair 1 stopped: its x moves on alone, y stays; pair 2: both chains
+    assert fresh.rows == 1 + 2 and bool(fresh.stopped[:2].all()) and (meeting_times_of(fresh).times[:2] == 0).all()
+    assert torch.equal(fresh.y[:2], torch.ones(2, 5, dtype=torch.long)) and fresh.x.tokens[0].sum() == 0

@@ -19,6 +19,7 @@ from typing import Any
 from ..diagnostics.influence import InfluenceEstimate
 from ..diagnostics.rectangle import RectangleReport
 from ..diagnostics.sweep import SweepCell
+from ..models.cost import CostLedger
 from .checkpoint import fingerprint, load_checkpoint, save_checkpoint
 from .config import SweepConfig, to_dict
 from .sweep import SweepResult, finish, run_sweep
@@ -59,7 +60,7 @@ def _shard_payload(result: SweepResult) -> dict[str, Any]:
             "influence": None if result.influence is None else dataclasses.asdict(result.influence),
             "rectangles": None if result.rectangles is None else dataclasses.asdict(result.rectangles),
             "timings": result.timings, "rows": result.rows, "environment": result.environment,
-            "notes": result.notes}
+            "notes": result.notes, "cost": None if result.cost is None else result.cost.record()}
 
 
 def _read_shard(config: SweepConfig, out_dir: Path, rank: int, world: int) -> dict[str, Any]:
@@ -78,7 +79,9 @@ def merge(config: SweepConfig, pieces: list[dict[str, Any]]) -> SweepResult:
     rectangles = None if first["rectangles"] is None else RectangleReport(**first["rectangles"])
     return finish(config, cells, influence=influence, rectangles=rectangles, timings=timings, rows=rows,
                   environment={**first["environment"], "processes": str(len(pieces))},
-                  notes=[*first["notes"], f"cells sharded over {len(pieces)} processes"])
+                  notes=[*first["notes"], f"cells sharded over {len(pieces)} processes"],
+                  cost=CostLedger.merged(records) if (records := [p["cost"] for p in pieces if p.get("cost")]) else
+                  None)
 
 
 __all__ = ["merge", "merge_shards", "run_shard", "shard_cells"]

@@ -10,6 +10,7 @@ from a joint, so the prevalence must be 0) and an incompatible one.
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -19,6 +20,7 @@ from .._random import as_generator
 from ..corpus import sample_sentences
 from ..diagnostics.rectangle import RectangleReport, sample_rectangles
 from ..models.base import Denoiser
+from ..models.cost import CostLedger
 from ..models.pretrained import EXAMPLE_ANTIBODIES
 from ..models.toy import PairwiseMRFDenoiser
 from .common import build_model
@@ -89,15 +91,21 @@ class TableRow:
         return out
 
 
-def run_rectangle_table(config: RectangleTableConfig) -> list[TableRow]:
-    """The rectangle test on each model of ``config.models`` with one protocol; the toy controls included."""
+def run_rectangle_table(config: RectangleTableConfig, *, ledger: CostLedger | None = None) -> list[TableRow]:
+    """The rectangle test on each model of ``config.models`` with one protocol; the toy controls included. Each
+    model's loading and rectangles are charged to ``ledger`` (phases ``{name}: load`` and ``{name}: rectangles``);
+    its bare forward is the first model's, at 8 rows of its first context."""
     config.validate()
     rows = []
     for spec in config.models:
-        denoiser, contexts = _contexts(spec, config)
+        with nullcontext() if ledger is None else ledger.phase(f"{spec.name}: load"):
+            denoiser, contexts = _contexts(spec, config)
+        if ledger is not None and ledger.bare_forward_seconds is None:
+            ledger.time_bare_forward(denoiser, contexts[0][None].expand(8, -1))
         generator = as_generator(config.seed, "rectangles", device=denoiser.device)
-        reports = [sample_rectangles(denoiser, context[None], pairs_per_context=config.pairs_per_context,
-                                     num_tokens=config.num_tokens, generator=generator) for context in contexts]
+        with nullcontext() if ledger is None else ledger.phase(f"{spec.name}: rectangles"):
+            reports = [sample_rectangles(denoiser, context[None], pairs_per_context=config.pairs_per_context,
+                                         num_tokens=config.num_tokens, generator=generator) for context in contexts]
         rows.append(TableRow(spec.name, spec.source, RectangleReport.concatenate(reports), config.near_distance))
     return rows
 

@@ -28,6 +28,7 @@ from .._random import as_generator
 from ..corpus import sample_sentences
 from ..diagnostics.quantiles import quantiles
 from ..embedders.base import SentenceEmbedder, cosine_distance
+from ..models.cost import CostLedger
 from ..models.huggingface import TextCodec
 from ..sampling.glauber import GlauberSampler
 from ..tracking.traps import (
@@ -98,7 +99,9 @@ class CaseStudyConfig:
 
 @dataclass
 class CaseStudyResult:
-    """Observations of the chains and what they show; :mod:`mlm_dynamics.report.semantics_report` writes it."""
+    """Observations of the chains and what they show; :mod:`mlm_dynamics.report.semantics_report` writes it.
+    ``cost``: what each phase spent (the sentence encoder's forwards under ``semantics``, timed, not counted as rows
+    of the MLM)."""
 
     config: CaseStudyConfig
     temperatures: list[float]  # per chain
@@ -114,6 +117,7 @@ class CaseStudyResult:
     recurrent_basins: list[int]
     thresholds: dict[str, float]
     seconds: dict[str, float]
+    cost: CostLedger | None = None
 
     def drift(self) -> Tensor:
         """``[observations, chains]`` cosine distance to the start, in units of :attr:`scale`."""
@@ -162,29 +166,32 @@ class CaseStudyResult:
         return [exemplars[b] for b in sorted(exemplars)]
 
 
-def run_case_study(config: CaseStudyConfig) -> CaseStudyResult:
-    """Run the case study described by ``config``."""
+def run_case_study(config: CaseStudyConfig, *, ledger: CostLedger | None = None) -> CaseStudyResult:
+    """Run the case study described by ``config``; every phase is charged to ``ledger`` (a new one by default), the
+    result's ``cost``."""
     config.validate()
+    ledger = CostLedger() if ledger is None else ledger
     t0 = time.perf_counter()
-    denoiser, codec = build_model(config.model)
-    if not isinstance(codec, TextCodec):
-        raise ConfigError("model: the case study needs a text model with a tokenizer")
-    encoder = SentenceEmbedder(codec, config.encoder, device=denoiser.device)
-    try:
-        sentences, _ = load_topics(config.topics, key="topics")
-    except ValueError as error:
-        raise ConfigError(str(error)) from None
-    topics = list(sentences)
-    anchors = [encoder.embed_texts(sentences[name]) for name in topics]
+    with ledger.phase("model load and topics"):
+        denoiser, codec = build_model(config.model)
+        if not isinstance(codec, TextCodec):
+            raise ConfigError("model: the case study needs a text model with a tokenizer")
+        encoder = SentenceEmbedder(codec, config.encoder, device=denoiser.device)
+        try:
+            sentences, _ = load_topics(config.topics, key="topics")
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
+        topics = list(sentences)
+        anchors = [encoder.embed_texts(sentences[name]) for name in topics]
 
-    sample = sample_sentences(config.corpus_sentences, config.seed)
-    base = encoder.embed_texts(sample)
-    shuffled = base[torch.randperm(len(base), generator=as_generator(config.seed, "shuffle"))]
-    scale = float(quantiles(cosine_distance(base, shuffled), [0.5])[0])  # the project's median (type 7)
-    similarity = {name: topic_similarity(base, anchor) for name, anchor in zip(topics, anchors, strict=True)}
-    thresholds = {name: config.topic_threshold if config.topic_threshold is not None else
-                  float(values.double().quantile(config.topic_quantile)) for name, values in similarity.items()}
-    base_rates = {name: float((similarity[name] >= thresholds[name]).double().mean()) for name in topics}
+        sample = sample_sentences(config.corpus_sentences, config.seed)
+        base = encoder.embed_texts(sample)
+        shuffled = base[torch.randperm(len(base), generator=as_generator(config.seed, "shuffle"))]
+        scale = float(quantiles(cosine_distance(base, shuffled), [0.5])[0])  # the project's median (type 7)
+        similarity = {name: topic_similarity(base, anchor) for name, anchor in zip(topics, anchors, strict=True)}
+        thresholds = {name: config.topic_threshold if config.topic_threshold is not None else
+                      float(values.double().quantile(config.topic_quantile)) for name, values in similarity.items()}
+        base_rates = {name: float((similarity[name] >= thresholds[name]).double().mean()) for name in topics}
     setup_seconds = time.perf_counter() - t0
 
     temperatures = [tau for tau in config.temperatures for _ in range(config.chains_per_temperature)]
@@ -205,7 +212,8 @@ def run_case_study(config: CaseStudyConfig) -> CaseStudyResult:
 
     def observe() -> None:
         decoded = [codec.decode(row.tolist()) for row in state.tokens]
-        embedded = encoder.embed_texts(decoded)
+        with ledger.phase("semantics"):  # the sentence encoder's forwards
+            embedded = encoder.embed_texts(decoded)
         traps.observe(state.step, embedded, state.tokens)
         steps.append(state.step)
         embeddings.append(embedded)
@@ -214,16 +222,19 @@ def run_case_study(config: CaseStudyConfig) -> CaseStudyResult:
         near.append(torch.stack([topic_similarity(embedded, anchor) >= thresholds[name]
                                  for name, anchor in zip(topics, anchors, strict=True)], 1))
 
+    ledger.time_bare_forward(denoiser, tokens, tokens != pad)
     t1 = time.perf_counter()
-    observe()
-    for record in sampler.run(state, config.num_steps):
-        if record.step % config.every == 0:
-            observe()
+    with ledger.phase("chains"):
+        observe()
+        for record in sampler.run(state, config.num_steps):
+            if record.step % config.every == 0:
+                observe()
     return CaseStudyResult(config=config, temperatures=temperatures, steps=steps, embeddings=torch.stack(embeddings),
                            texts=texts, basins=torch.stack(basins), near=torch.stack(near), topics=topics,
                            base_rates=base_rates, scale=scale, events=list(traps.events),
                            recurrent_basins=traps.recurrent_basins, thresholds=thresholds,
-                           seconds={"setup": round(setup_seconds, 1), "chains": round(time.perf_counter() - t1, 1)})
+                           seconds={"setup": round(setup_seconds, 1), "chains": round(time.perf_counter() - t1, 1)},
+                           cost=ledger)
 
 
 __all__ = ["NEUTRAL_STARTS", "CaseStudyConfig", "CaseStudyResult", "run_case_study"]

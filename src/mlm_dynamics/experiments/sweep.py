@@ -25,6 +25,7 @@ Dobrushin estimate on the same model and context, and the paper's claims checked
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -41,7 +42,8 @@ from ..diagnostics.meeting import HittingTimes, MeetingTimes, meeting_times_of
 from ..diagnostics.rectangle import RectangleReport, sample_rectangles
 from ..diagnostics.sweep import GridAnalysis, SweepCell, analyse_grid
 from ..embedders.base import HiddenStateEmbedder, cosine_distance
-from ..models.base import Denoiser
+from ..models.base import Denoiser, OutOfTime, forward_deadline
+from ..models.cost import CostLedger
 from ..models.huggingface import MaskedLMDenoiser
 from ..models.toy import PairwiseMRFDenoiser
 from ..sampling.coupling import CoupledState, resampled_mask
@@ -57,14 +59,16 @@ from ..sampling.grid import (
     pair_grid,
 )
 from ..tracking.drift import DriftTracker, hamming_fraction, random_fill_distances, random_fill_scale
-from .checkpoint import RunInterrupted, fingerprint, load_checkpoint, restoring, save_checkpoint
+from .checkpoint import fingerprint, load_checkpoint, restoring, save_checkpoint
 from .common import build_model, crop_context, provenance, start_tokens
 from .config import TOY_SOURCES, ConfigError, SweepConfig
 
 
 @dataclass
 class SweepResult:
-    """What the sweep measured; :mod:`mlm_dynamics.report.sweep_report` writes it."""
+    """What the sweep measured; :mod:`mlm_dynamics.report.sweep_report` writes it. ``cost``: what each phase spent
+    (for merged shards, per phase the longest shard's seconds and every shard's rows); ``stopped``: why the sweep
+    ended before its budget of steps (``--budget``, Ctrl-C), or ``None``."""
 
     config: SweepConfig
     cells: list[SweepCell]
@@ -76,6 +80,8 @@ class SweepResult:
     rows: dict[str, float]
     environment: dict[str, str]
     notes: list[str] = field(default_factory=list)
+    cost: CostLedger | None = None
+    stopped: str | None = None
 
     def cell(self, temperature: float, num_sites: int) -> SweepCell:
         """The cell at ``(temperature, num_sites)``; a KeyError naming both when the grid has none."""
@@ -136,15 +142,29 @@ class _Group:
 
 
 def run_sweep(config: SweepConfig, out_dir: Path | None = None, *, resume: bool = False, progress: bool = False,
-              cells: Sequence[tuple[float, int]] | None = None, extras: bool = True) -> SweepResult:
+              cells: Sequence[tuple[float, int]] | None = None, extras: bool = True,
+              ledger: CostLedger | None = None, budget: float | None = None) -> SweepResult:
     """Run the sweep (``cells``: a subset of the grid, e.g. one process's shard; ``extras``: also the rectangle test
-    and the influence estimate, which a shard other than the first leaves out)."""
+    and the influence estimate, which a shard other than the first leaves out). Every phase is charged to
+    ``ledger`` (a new one by default), the result's :attr:`SweepResult.cost`.
+
+    ``budget``: seconds for the whole job from ``ledger``'s start; at the deadline, or on Ctrl-C, the pairs stop at
+    the step reached (open pairs censored there), the lagged pairs, influence and rectangles are left out, and
+    :attr:`SweepResult.stopped` says why, so the report of what was measured can still be written (the checkpoint
+    stays for ``--resume``)."""
     config.validate()
+    if budget is not None and not (isinstance(budget, (int, float)) and math.isfinite(budget) and budget > 0):
+        raise ConfigError(f"--budget must be a number of seconds > 0, got {budget!r}")
     grid = config.grid
+    ledger = CostLedger() if ledger is None else ledger
+    deadline = math.inf if budget is None else ledger.started + budget
     cell_list = list(cells) if cells is not None else [(t, n) for t in grid.temperatures for n in grid.lengths]
     t0 = time.perf_counter()
-    groups, notes = _build_groups(config, cell_list)
+    with ledger.phase("model load and setup"):
+        groups, notes = _build_groups(config, cell_list)
     setup_seconds = time.perf_counter() - t0
+    first = groups[0]
+    ledger.time_bare_forward(first.denoiser, first.natural.expand(min(8, len(first.pairs.layout.cell)), -1))
     checkpoint_path = None if out_dir is None else out_dir / "sweep-checkpoint.pt"
     fingerprints = {"config": fingerprint(config.resume_fingerprint()),
                     "cells": fingerprint([list(c) for c in cell_list])}
@@ -158,54 +178,71 @@ def run_sweep(config: SweepConfig, out_dir: Path | None = None, *, resume: bool 
                 _restore(group, state)
     t1 = time.perf_counter()
     bar = _progress(grid.max_steps, step, progress)
-    try:
-        while step < grid.max_steps and any(g.active() for g in groups):
-            step += 1
-            for group in groups:
-                distance = group.pairs.step() if group.pairs.active() else torch.zeros_like(group.traces[0])
-                if step % trace_every(grid.max_steps) == 0:
-                    group.traces.append(distance.cpu())
-                if group.drift is not None:
-                    group.drift.advance(step)
-            bar(step, sum(int((g.pairs.state.met_at < 0).sum()) for g in groups))
-            if config.checkpoint_every and checkpoint_path is not None and step % config.checkpoint_every == 0:
-                save_checkpoint(checkpoint_path, {"groups": [_snapshot(g) for g in groups]},
-                                fingerprints=fingerprints, step=step)
-    except KeyboardInterrupt:
-        raise RunInterrupted(f" at step {step}") from None
+    stopped: str | None = None
+    with ledger.phase("pairs and drift"):
+        try:
+            with forward_deadline(deadline - time.perf_counter()):
+                while step < grid.max_steps and any(g.active() for g in groups):
+                    step += 1
+                    for group in groups:
+                        distance = group.pairs.step() if group.pairs.active() else torch.zeros_like(group.traces[0])
+                        if step % trace_every(grid.max_steps) == 0:
+                            group.traces.append(distance.cpu())
+                        if group.drift is not None:
+                            group.drift.advance(step)
+                    bar(step, sum(int((g.pairs.state.met_at < 0).sum()) for g in groups))
+                    if config.checkpoint_every and checkpoint_path is not None and \
+                            step % config.checkpoint_every == 0:
+                        save_checkpoint(checkpoint_path, {"groups": [_snapshot(g) for g in groups]},
+                                        fingerprints=fingerprints, step=step)
+        except OutOfTime:
+            stopped = f"budget: the {budget:g} s ran out at step {step}"
+        except KeyboardInterrupt:
+            stopped = f"interrupted at step {step}"
+    if stopped is not None:
+        step = min(g.pairs.state.x.step for g in groups)  # a group stopped mid-step did not take it: censor all there
+        notes.append(f"stopped early ({stopped}): open pairs are censored at the step reached; lagged pairs, "
+                     "influence and rectangles not measured")
+        extras = False
     chain_seconds = time.perf_counter() - t1
     result_cells = [cell for group in groups for cell in _collect(group, config, step)]
     t2 = time.perf_counter()
-    if config.lag.enabled:
-        for group in groups:
-            _lagged(group, result_cells, config)
+    if config.lag.enabled and stopped is None:
+        with ledger.phase("lagged pairs"):
+            for group in groups:
+                _lagged(group, result_cells, config)
     lag_seconds = time.perf_counter() - t2
     widest = max(groups, key=lambda g: max(c.num_sites for c in g.cells))
     window = torch.tensor(max(widest.cells, key=lambda c: c.num_sites).sites, device=widest.natural.device)
     influence = rectangles = None
     if extras and config.influence.enabled:
-        influence = estimate_influence(widest.denoiser, widest.natural, temperatures=sorted({t for t, _ in cell_list}),
-                                       sites=window[: config.influence.max_sites],
-                                       replacements=config.influence.replacements,
-                                       generator=as_generator(grid.seed, "influence", device=widest.natural.device))
+        with ledger.phase("influence"):
+            temperatures = sorted({t for t, _ in cell_list})
+            influence = estimate_influence(widest.denoiser, widest.natural, temperatures=temperatures,
+                                           sites=window[: config.influence.max_sites],
+                                           replacements=config.influence.replacements,
+                                           generator=as_generator(grid.seed, "influence", device=widest.natural.device))
     if extras and config.rectangle.enabled:
-        spec = config.rectangle
-        allowed = int(widest.denoiser.vocab.allowed_mask().sum())  # a toy chain may have fewer states than asked
-        rectangles = sample_rectangles(widest.denoiser, widest.natural, pairs_per_context=spec.pairs_per_context,
-                                       num_tokens=min(spec.num_tokens, allowed), max_distance=spec.max_distance,
-                                       sites=window[None], generator=as_generator(grid.seed, "rectangles"))
+        with ledger.phase("rectangles"):
+            spec = config.rectangle
+            allowed = int(widest.denoiser.vocab.allowed_mask().sum())  # a toy chain may have fewer states than asked
+            rectangles = sample_rectangles(widest.denoiser, widest.natural, pairs_per_context=spec.pairs_per_context,
+                                           num_tokens=min(spec.num_tokens, allowed), max_distance=spec.max_distance,
+                                           sites=window[None], generator=as_generator(grid.seed, "rectangles"))
     spent = sum(g.pairs.state.rows for g in groups)
     uncompacted = sum(2 * len(g.pairs.layout.cell) for g in groups) * max(step, 1)
     return finish(config, result_cells, influence=influence, rectangles=rectangles,
                   timings={"setup_seconds": round(setup_seconds, 2), "chain_seconds": round(chain_seconds, 2),
                            "lag_seconds": round(lag_seconds, 2), "steps": float(step)},
                   rows={"pair_rows_spent": float(spent), "pair_rows_uncompacted": float(uncompacted)},
-                  environment=provenance(config.model, groups[0].denoiser), notes=notes)
+                  environment=provenance(config.model, groups[0].denoiser), notes=notes, cost=ledger,
+                  stopped=stopped)
 
 
 def finish(config: SweepConfig, cells: list[SweepCell], *, influence: InfluenceEstimate | None,
            rectangles: RectangleReport | None, timings: dict[str, float], rows: dict[str, float],
-           environment: dict[str, str], notes: list[str]) -> SweepResult:
+           environment: dict[str, str], notes: list[str], cost: CostLedger | None = None,
+           stopped: str | None = None) -> SweepResult:
     """Summaries, fits, boundary and claims of measured cells (in grid order): the end of a sweep, and of a merge
     of shards."""
     grid = [(t, n) for t in config.grid.temperatures for n in config.grid.lengths]
@@ -221,7 +258,7 @@ def finish(config: SweepConfig, cells: list[SweepCell], *, influence: InfluenceE
     rows = {**rows, "rows_saved_fraction": 1 - spent / uncompacted if uncompacted else 0.0}
     return SweepResult(config=config, cells=cells, analysis=analysis, claims=assess_claims(evidence),
                        influence=influence, rectangles=rectangles, timings=timings, rows=rows,
-                       environment=environment, notes=notes)
+                       environment=environment, notes=notes, cost=cost, stopped=stopped)
 
 
 def _progress(total: int, start: int, enabled: bool) -> Callable[[int, int], None]:

@@ -16,10 +16,11 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -174,6 +175,36 @@ class CostLedger:
         rows.append({"phase": "other", "seconds": round(other, 3), "forward_rows": 0, "needed_rows": 0,
                      "forward_tokens": 0, "forward_equivalents": round(other / bare, 1) if bare else float("nan")})
         return rows
+
+    def record(self) -> dict[str, Any]:
+        """The bill for ``report.json`` under ``cost``: :meth:`summary`'s totals, the bare forward's batch shape, one
+        row per phase (:meth:`table`) and the one-line account (:meth:`line`)."""
+        summary = self.summary()
+        totals = {key: summary[key] for key in ("seconds", "forward_equivalents", "bare_forward_seconds",
+                                                 "forward_rows", "needed_rows", "row_efficiency")}
+        return {**totals, "bare_forward_shape": list(self.bare_forward_shape or ()), "phases": self.table(),
+                "line": self.line()}
+
+    @classmethod
+    def merged(cls, records: Sequence[Mapping[str, Any]]) -> CostLedger:
+        """One ledger from the :meth:`record` of processes that ran side by side (shards): per phase the longest
+        seconds and the summed rows, the median bare forward, and the longest total."""
+        merged = cls(started=time.perf_counter() - max(float(r["seconds"]) for r in records))
+        for record in records:
+            for row in record["phases"]:
+                if row["phase"] == "other":
+                    continue
+                cost = merged.phases.setdefault(str(row["phase"]), PhaseCost(needed_rows=0))
+                cost.seconds = max(cost.seconds, float(row["seconds"]))
+                cost.forward_rows += int(row["forward_rows"])
+                cost.forward_tokens += int(row["forward_tokens"])
+                cost.needed_rows = (cost.needed_rows or 0) + int(row["needed_rows"])
+        bare = [float(r["bare_forward_seconds"]) for r in records if r["bare_forward_shape"]]
+        if bare:
+            merged.bare_forward_seconds = statistics.median(bare)
+            shape = next(r["bare_forward_shape"] for r in records if r["bare_forward_shape"])
+            merged.bare_forward_shape = (int(shape[0]), int(shape[1]))
+        return merged
 
     def line(self) -> str:
         """One line: total seconds, forward equivalents, rows needed of rows computed, and the three dearest

@@ -17,7 +17,6 @@ from matplotlib.figure import Figure
 from .._io import atomic_write
 from .._provenance import generated_by
 from ..diagnostics.claims import ClaimsReport
-from ..models.cost import CostLedger
 from .figures import readable
 
 STYLE = """
@@ -149,21 +148,12 @@ def provenance_line(environment: Mapping[str, str]) -> str:
     return " · ".join(f"{key.replace('_', ' ')} {environment[key]}" for key in PROVENANCE_KEYS if environment.get(key))
 
 
-def cost_record(ledger: CostLedger) -> dict[str, Any]:
-    """A job's bill for ``report.json`` under ``cost``: :meth:`~mlm_dynamics.models.cost.CostLedger.summary`'s totals,
-    the bare forward's batch shape, one row per phase, and the one-line account."""
-    summary = ledger.summary()
-    totals = {key: summary[key] for key in ("seconds", "forward_equivalents", "bare_forward_seconds", "forward_rows",
-                                             "needed_rows", "row_efficiency")}
-    return {**totals, "bare_forward_shape": list(ledger.bare_forward_shape or ()), "phases": ledger.table(),
-            "line": ledger.line()}
-
-
 def render_html(title: str, sections: Sequence[Section], config: Mapping[str, Any],
                 environment: Mapping[str, str] | None = None, cost: Mapping[str, Any] | None = None) -> str:
     """The whole page as one string (images as ``data:`` URIs): the title, where it comes from
     (:func:`provenance_line` of ``environment``), a table of contents linking every section, the sections in order
-    (lead with what the run found), then the configuration, and at the foot the job's cost (:func:`cost_record`)
+    (lead with what the run found), then the configuration, and at the foot the job's cost (``cost``:
+    :meth:`~mlm_dynamics.models.cost.CostLedger.record`)
     beside its provenance. Long lines wrap and wide tables scroll inside their box, so nothing runs off the page."""
     taken: set[str] = set()
     anchors = [_anchor(section.title, taken) for section in sections]
@@ -194,7 +184,6 @@ def render_html(title: str, sections: Sequence[Section], config: Mapping[str, An
     return "".join(parts)
 
 
-__all__ = ["PROVENANCE_KEYS", "STYLE", "Markup", "Section", "claims_section", "cost_record", "figure_png",
-           "generated_by",
+__all__ = ["PROVENANCE_KEYS", "STYLE", "Markup", "Section", "claims_section", "figure_png", "generated_by",
            "marked_changes",
            "provenance_line", "quantile_text", "render_html", "write_figures"]

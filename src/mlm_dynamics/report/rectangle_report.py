@@ -3,19 +3,33 @@
 from __future__ import annotations
 
 import re
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 from ..experiments.config import to_dict
 from ..experiments.rectangles import RectangleTableConfig, TableRow
+from ..models.cost import CostLedger
 from . import figures
 from .html import Section, render_html, write_figures
 from .writers import jsonable, write_csv, write_json, write_text
 
 
-def write_rectangle_table(config: RectangleTableConfig, rows: list[TableRow], out_dir: Path) -> dict[str, Any]:
+def write_rectangle_table(config: RectangleTableConfig, rows: list[TableRow], out_dir: Path,
+                          cost: CostLedger | None = None) -> dict[str, Any]:
     """Write ``table.csv``, ``report.json`` and ``report.html`` of the rectangle table into ``out_dir``; return the
-    report."""
+    report, with ``cost`` (:meth:`~mlm_dynamics.models.cost.CostLedger.record`, writing included) when the job's
+    ledger is given."""
+    with nullcontext() if cost is None else cost.phase("report and figures"):
+        report = _write_pages(config, rows, out_dir, cost)
+    if cost is not None:
+        report["cost"] = cost.record()
+    write_json(out_dir / "report.json", report)
+    return report
+
+
+def _write_pages(config: RectangleTableConfig, rows: list[TableRow], out_dir: Path,
+                 cost: CostLedger | None) -> dict[str, Any]:
     table = [row.summary() for row in rows]
     report: dict[str, Any] = {"config": to_dict(config), "rectangles": table}
     write_csv(out_dir / "table.csv", jsonable(table), list(table[0]))
@@ -30,8 +44,8 @@ def write_rectangle_table(config: RectangleTableConfig, rows: list[TableRow], ou
         "log-ratios along the two paths between its corners; R != 0 for one rectangle proves that no joint "
         "distribution has the model's conditionals. Prevalence: the fraction above the float tolerance. The "
         "compatible toy must show 0."], tables=[("", table)], figures=drawn)]
-    write_text(out_dir / "report.html", render_html("mlm_dynamics rectangle table", sections, report["config"]))
-    write_json(out_dir / "report.json", report)
+    write_text(out_dir / "report.html", render_html("mlm_dynamics rectangle table", sections, report["config"],
+                                                    cost=None if cost is None else cost.record()))
     return report
 
 

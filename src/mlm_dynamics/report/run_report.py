@@ -15,7 +15,7 @@ from ..experiments.config import to_dict
 from ..experiments.run import TRAJECTORY_FIELDS, ChainRunResult
 from ..models.cost import CostLedger
 from . import figures
-from .html import Section, claims_section, cost_record, marked_changes, quantile_text, render_html, write_figures
+from .html import Section, claims_section, marked_changes, quantile_text, render_html, write_figures
 from .writers import write_csv, write_json, write_text
 
 
@@ -154,11 +154,11 @@ CAPTIONS = {
 
 def write_run_report(result: ChainRunResult, out_dir: Path) -> dict[str, Any]:
     """Write ``report.json``, ``trajectory.csv``, ``figures/*.png`` and ``report.html``; returns the report, whose
-    ``cost`` (:func:`~.html.cost_record`) includes writing them."""
+    ``cost`` (:meth:`~mlm_dynamics.models.cost.CostLedger.record`) includes writing them."""
     ledger = result.cost if result.cost is not None else CostLedger()
     with ledger.phase("report and figures"):
         report = _write_pages(result, out_dir)
-    report["cost"] = cost_record(ledger)
+    report["cost"] = ledger.record()
     write_json(out_dir / "report.json", report)
     return report
 
@@ -193,7 +193,7 @@ def _write_pages(result: ChainRunResult, out_dir: Path) -> dict[str, Any]:
         if name in report:
             tables.append((name, [{k: v for k, v in report[name].items() if not isinstance(v, (list, dict))}]))
     sections.append(Section("Numbers", tables=tables))
-    cost = None if result.cost is None else cost_record(result.cost)
+    cost = None if result.cost is None else result.cost.record()
     write_text(out_dir / "report.html", render_html("mlm_dynamics run", sections, report["config"],
                                                     result.environment, cost))
     return report

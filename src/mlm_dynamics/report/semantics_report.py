@@ -9,6 +9,7 @@ from matplotlib.figure import Figure
 
 from ..experiments.config import to_dict
 from ..experiments.semantics import CaseStudyResult
+from ..models.cost import CostLedger
 from . import figures
 from .html import Section, render_html, write_figures
 from .writers import write_json, write_text
@@ -42,7 +43,17 @@ CAPTIONS = {"landscape": "PCA of the sentence embeddings of every chain state; c
 
 
 def write_semantics_report(result: CaseStudyResult, out_dir: Path) -> dict[str, Any]:
-    """Write ``report.json``, the figures and ``report.html`` of the case study into ``out_dir``; return the report."""
+    """Write ``report.json``, the figures and ``report.html`` of the case study into ``out_dir``; return the report,
+    whose ``cost`` (:meth:`~mlm_dynamics.models.cost.CostLedger.record`) includes writing them."""
+    ledger = result.cost if result.cost is not None else CostLedger()
+    with ledger.phase("report and figures"):
+        report = _write_pages(result, out_dir)
+    report["cost"] = ledger.record()
+    write_json(out_dir / "report.json", report)
+    return report
+
+
+def _write_pages(result: CaseStudyResult, out_dir: Path) -> dict[str, Any]:
     report = semantics_report(result)
     drawn = semantics_figures(result)
     write_figures(out_dir, drawn)
@@ -56,8 +67,8 @@ def write_semantics_report(result: CaseStudyResult, out_dir: Path) -> dict[str, 
     sections += [Section(name.capitalize(), figures=[(figure, CAPTIONS[name])]) for name, figure in drawn.items()]
     sections.append(Section("Basins", tables=[("decoded state where each basin was first entered", data["basins"])]))
     sections.append(Section("Final states", tables=[("", data["final_states"])]))
-    write_text(out_dir / "report.html", render_html("mlm_dynamics semantic case study", sections, report["config"]))
-    write_json(out_dir / "report.json", report)
+    write_text(out_dir / "report.html", render_html("mlm_dynamics semantic case study", sections, report["config"],
+                                                    cost=None if result.cost is None else result.cost.record()))
     return report
 
 

@@ -11,6 +11,7 @@ from matplotlib.figure import Figure
 
 from ..experiments.config import to_dict
 from ..experiments.sweep import SweepResult
+from ..models.cost import CostLedger
 from ..sampling.grid import START_KINDS
 from . import sweep_figures
 from .html import Section, claims_section, marked_changes, quantile_text, render_html, write_figures
@@ -73,7 +74,17 @@ def sweep_figures_of(result: SweepResult) -> dict[str, Figure]:
 
 
 def write_sweep_report(result: SweepResult, out_dir: Path) -> dict[str, Any]:
-    """Write every output into ``out_dir``; returns the JSON report."""
+    """Write every output into ``out_dir``; returns the JSON report, whose ``cost``
+    (:meth:`~mlm_dynamics.models.cost.CostLedger.record`) includes writing them."""
+    ledger = result.cost if result.cost is not None else CostLedger()
+    with ledger.phase("report and figures"):
+        report = _write_pages(result, out_dir)
+    report["cost"] = ledger.record()
+    write_json(out_dir / "report.json", report)
+    return report
+
+
+def _write_pages(result: SweepResult, out_dir: Path) -> dict[str, Any]:
     report = sweep_report(result)
     rows = [{key: cell.get(key) for key in CELL_COLUMNS}
             | {k: v for k, v in cell.items() if k.startswith((*START_KINDS, "hitting", "tv_bound"))}
@@ -82,8 +93,8 @@ def write_sweep_report(result: SweepResult, out_dir: Path) -> dict[str, Any]:
     drawn = sweep_figures_of(result)
     write_figures(out_dir, drawn)
     write_text(out_dir / "report.html", render_html("mlm_dynamics sweep", _sections(result, report, drawn),
-                                                    report["config"], result.environment))
-    write_json(out_dir / "report.json", report)
+                                                    report["config"], result.environment,
+                                                    None if result.cost is None else result.cost.record()))
     return report
 
 

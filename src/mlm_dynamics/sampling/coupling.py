@@ -139,7 +139,8 @@ class CoupledState:
     ``rows`` counts the forward rows spent so far (the uncompacted cost is ``2 P`` per step). ``freeze [P]`` (``None``:
     the chains' ``freeze_met`` for every pair) says which pairs leave the batch once met; the others move on as one
     chain at one row, so their ``x`` stays a chain of the sampler. ``stopped_at [P]`` is the step at which a pair
-    was stopped unmet (``-1``: running or met): it then costs nothing and its meeting time is censored there.
+    was stopped unmet (``-1``: running or met): its meeting time is censored there and ``y`` stops; its ``x`` stops
+    too where the pair freezes, else it moves on alone as a chain.
     """
 
     x: ChainState
@@ -160,8 +161,8 @@ class CoupledState:
         return (self.met_at < 0) & ~self.stopped
 
     def stop(self, pairs: Tensor, at: int | None = None) -> None:
-        """Stop the unmet pairs among ``pairs`` (``[P]`` bool), censored at step ``at`` (default: now); they leave
-        the forward batch, ``x`` included."""
+        """Stop the unmet pairs among ``pairs`` (``[P]`` bool), censored at step ``at`` (default: now): ``y`` leaves
+        the forward batch, and ``x`` with it where the pair freezes."""
         if self.stopped_at is None:
             self.stopped_at = torch.full_like(self.met_at, -1)
         chosen = pairs.to(self.met_at.device) & self.open
@@ -252,7 +253,7 @@ class CoupledGlauberChains:
         freeze = torch.full_like(met, self.freeze_met) if state.freeze is None else state.freeze.to(met.device)
         open_pairs = ~met & ~state.stopped
         active = open_pairs.nonzero().squeeze(1)
-        moving = (open_pairs | (met & ~freeze)).nonzero().squeeze(1)
+        moving = (open_pairs | ~freeze).nonzero().squeeze(1)  # an x that does not freeze stays a chain
         rows = torch.cat([chains.tokens[moving], state.y[active]])
         row_index = torch.cat([moving, active])
         mask = None if chains.attention_mask is None else chains.attention_mask[row_index]
@@ -266,20 +267,20 @@ class CoupledGlauberChains:
             p, q = probs[: len(moving)], probs[len(moving):]
             new_x = positions.new_empty((len(moving), positions.shape[1]))
             coupled_y = None
-            together = met[moving]
-            if together.any():
+            alone = ~open_pairs[moving]  # met (y follows) or stopped (y stays): x draws by itself
+            if alone.any():
                 if drawn is None:
-                    new_x[together] = sample_categorical(p[together].flatten(0, 1), chains.generator).view(
-                        int(together.sum()), -1)
+                    new_x[alone] = sample_categorical(p[alone].flatten(0, 1), chains.generator).view(
+                        int(alone.sum()), -1)
                 else:
-                    new_x[together] = inverse_cdf(p[together][:, 0], drawn[moving[together], 1])[:, None]
+                    new_x[alone] = inverse_cdf(p[alone][:, 0], drawn[moving[alone], 1])[:, None]
             if len(active):
                 if drawn is None:
-                    coupled_x, flat_y = maximal_coupling(p[~together].flatten(0, 1), q.flatten(0, 1),
+                    coupled_x, flat_y = maximal_coupling(p[~alone].flatten(0, 1), q.flatten(0, 1),
                                                          chains.generator)
                 else:
-                    coupled_x, flat_y = coupled_draw(p[~together][:, 0], q[:, 0], drawn[active, 1:])
-                new_x[~together] = coupled_x.view(len(active), -1)
+                    coupled_x, flat_y = coupled_draw(p[~alone][:, 0], q[:, 0], drawn[active, 1:])
+                new_x[~alone] = coupled_x.view(len(active), -1)
                 coupled_y = flat_y.view(len(active), -1)
             log_prob[moving] = log_q[: len(moving)].gather(-1, new_x[..., None]).squeeze(-1).to(log_prob.dtype)
             chains.tokens[moving] = chains.tokens[moving].scatter(1, positions[moving], new_x)

@@ -1,0 +1,108 @@
+"""The cost ledger: forward rows counted at the one door, phase by phase, and the jobs' bills."""
+
+import json
+import math
+
+import pytest
+import torch
+
+from mlm_dynamics import PairwiseMRFDenoiser
+from mlm_dynamics.cli import main
+from mlm_dynamics.models.cost import CostLedger
+
+
+def test_every_forward_is_charged_to_the_innermost_open_phase():
+    """Rows, tokens and calls are exact counts of what went through conditional_logits; a nested phase's rows and
+    seconds are not charged to the enclosing one again; the totals add up."""
+    ising = PairwiseMRFDenoiser.ising_chain(6, coupling=1.0)
+    tokens = torch.zeros(4, 6, dtype=torch.long)
+    positions = torch.zeros(4, 1, dtype=torch.long)
+    ledger = CostLedger()
+    with ledger.phase("outer"):
+        ising.conditional_logits(tokens, positions)
+        with ledger.phase("inner"):
+            ising.conditional_logits(tokens[:3], positions[:3])
+            ising.conditional_logits(tokens[:2], positions[:2])
+    with ledger.phase("outer"):  # entering a phase again adds to it
+        ising.conditional_logits(tokens[:1], positions[:1])
+    ising.conditional_logits(tokens, positions)  # outside every phase: not on the bill
+    outer, inner = ledger.phases["outer"], ledger.phases["inner"]
+    assert (outer.forward_rows, outer.forward_tokens, outer.forward_calls) == (5, 30, 2)
+    assert (inner.forward_rows, inner.forward_tokens, inner.forward_calls) == (5, 30, 2)
+    assert 0 <= outer.seconds and 0 <= inner.seconds <= ledger.total_seconds
+    summary = ledger.summary()
+    assert summary["forward_rows"] == 10 and summary["needed_rows"] == 10
+    assert math.isnan(summary["forward_equivalents"])  # no bare forward timed yet
+    ledger.time_bare_forward(ising, tokens)
+    summary = ledger.summary()
+    assert summary["bare_forward_batch"] == 4 and summary["calibration_forward_rows"] == 16  # warm-up + 3 repeats
+    assert summary["forward_equivalents"] == pytest.approx(summary["seconds"] / summary["bare_forward_seconds"])
+    ledger.need("outer", 3)
+    assert ledger.summary()["outer_needed_rows"] == 3
+    record = ledger.record()
+    assert [row["phase"] for row in record["phases"]] == ["outer", "inner", "calibration", "other"]
+    assert record["line"].startswith("cost: ") and "bare forwards of 4x6 tokens" in record["line"]
+
+
+def test_shards_merge_into_one_bill():
+    """Side-by-side processes: per phase the longest seconds and the sum of the rows."""
+    ising = PairwiseMRFDenoiser.ising_chain(5, coupling=1.0)
+    records = []
+    for rows in (2, 3):
+        ledger = CostLedger()
+        with ledger.phase("pairs"):
+            ising.conditional_logits(torch.zeros(rows, 5, dtype=torch.long), torch.zeros(rows, 1, dtype=torch.long))
+        ledger.time_bare_forward(ising, torch.zeros(2, 5, dtype=torch.long))
+        records.append(ledger.record())
+    merged = CostLedger.merged(records)
+    assert merged.phases["pairs"].forward_rows == 5 and merged.phases["calibration"].forward_rows == 16
+    assert merged.phases["pairs"].seconds == max(r["phases"][0]["seconds"] for r in records)
+    assert merged.bare_forward_shape == (2, 5)
+
+
+QUICK = ["--set", "model.num_layers=1", "--set", "chains.num_chains=4", "--set", "temperatures=[1.0, 2.0]",
+         "--set", "run.num_steps=6", "--set", "run.record_every=3", "--set", "chains.window=[90, 100]",
+         "--set", "rectangle.enabled=false", "--set", "influence.enabled=false", "--set", "run.checkpoint_every=null"]
+
+
+def test_the_run_job_bills_exactly_the_rows_its_loop_serves(tmp_path):
+    """One forward per step over the live rows: without pairs exactly chains x steps; with pairs, chains x steps
+    plus 2 rows per extra pair and 1 per chain's partner for every step their pair was open; report.json and the
+    printed line carry the bill."""
+    pytest.importorskip("antiberty")
+    alone, paired = tmp_path / "alone", tmp_path / "paired"
+    assert main(["run", "--out", str(alone), *QUICK, "--set", "coupling.enabled=false",
+                 "--set", "semantics.enabled=false"]) == 0
+    report = json.loads((alone / "report.json").read_text())
+    loop = {row["phase"]: row for row in report["cost"]["phases"]}["chains and pairs"]
+    assert loop["forward_rows"] == 4 * 6 and loop["forward_tokens"] == 4 * 6 * 124
+    assert report["cost"]["forward_rows"] == sum(row["forward_rows"] for row in report["cost"]["phases"])
+    assert "cost:" in (alone / "report.html").read_text()
+
+    assert main(["run", "--out", str(paired), *QUICK, "--set", "coupling.num_pairs=3",
+                 "--set", "coupling.max_steps=6"]) == 0
+    report = json.loads((paired / "report.json").read_text())
+    phases = {row["phase"]: row for row in report["cost"]["phases"]}
+    open_steps = [int(t) for row in report["mixing"]["by_temperature"] for t in row["meeting_times"]]
+    # per temperature: pairs 0 and 1 ride on the two chains (their partner costs 1 row per open step), pair 2 is
+    # an extra pair (2 rows per open step); pairs stopped as hopeless cost nothing after they stopped, so the
+    # loop's rows are at most this and at least the chains' own
+    bound = 4 * 6 + sum(t * (2 if k % 3 == 2 else 1) for k, t in enumerate(open_steps))
+    assert 4 * 6 < phases["chains and pairs"]["forward_rows"] <= bound
+    assert report["mixing"]["forward_rows"] == phases["chains and pairs"]["forward_rows"] - 4 * 6
+    assert phases["semantics"]["forward_rows"] > 0  # hidden-state forwards are counted too
+
+
+def test_a_budget_ends_the_run_with_a_valid_report_of_what_it_measured(tmp_path, capsys):
+    pytest.importorskip("antiberty")
+    out = tmp_path / "run"
+    assert main(["run", "--out", str(out), *QUICK, "--set", "run.num_steps=400", "--set", "coupling.max_steps=400",
+                 "--budget", "6"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["stopped"].startswith("budget: the 6 s ran out at step ")
+    steps = report["chains"]["num_steps"]
+    assert 0 <= steps < 400 and any("stopped early" in note for note in report["notes"])
+    for row in report["mixing"]["by_temperature"]:  # open pairs censored at the step reached, never beyond
+        assert all(t <= steps for t in row["meeting_times"])
+        assert all(t == steps for t, c in zip(row["meeting_times"], row["censored"], strict=True) if c)
+    assert "cost:" in capsys.readouterr().out
