@@ -29,7 +29,7 @@ def test_every_forward_is_charged_to_the_innermost_open_phase():
     outer, inner = ledger.phases["outer"], ledger.phases["inner"]
     assert (outer.forward_rows, outer.forward_tokens, outer.forward_calls) == (5, 30, 2)
     assert (inner.forward_rows, inner.forward_tokens, inner.forward_calls) == (5, 30, 2)
-    assert 0 <= outer.seconds and 0 <= inner.seconds <= ledger.total_seconds
+    assert outer.seconds >= 0 and 0 <= inner.seconds <= ledger.total_seconds
     summary = ledger.summary()
     assert summary["forward_rows"] == 10 and summary["needed_rows"] == 10
     assert math.isnan(summary["forward_equivalents"])  # no bare forward timed yet
