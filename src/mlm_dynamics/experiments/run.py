@@ -371,7 +371,8 @@ class _Plan:
         times, censored = pooled.times[self.measured], pooled.censored[self.measured]
         by_temperature = {tau: MeetingTimes(times=times[torch.tensor([t == tau for t in taus])],
                                             censored=censored[torch.tensor([t == tau for t in taus])],
-                                            max_steps=min(budget, int(pooled.max_steps or budget)))
+                                            max_steps=min(budget, budget if pooled.max_steps is None
+                                                          else int(pooled.max_steps)))
                           for tau in self.config.temperatures}
         end = (self.state.x.tokens != self.state.y).sum(1)[self.measured].tolist()
         chain_rows = self.num_chains * self.state.x.step

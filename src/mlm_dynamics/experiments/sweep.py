@@ -164,7 +164,8 @@ def run_sweep(config: SweepConfig, out_dir: Path | None = None, *, resume: bool 
         groups, notes = _build_groups(config, cell_list)
     setup_seconds = time.perf_counter() - t0
     first = groups[0]
-    ledger.time_bare_forward(first.denoiser, first.natural.expand(min(8, len(first.pairs.layout.cell)), -1))
+    # the unit of the bill: a forward at the grid's batch (both chains of every pair of the first group), at most 64
+    ledger.time_bare_forward(first.denoiser, first.natural.expand(min(64, 2 * len(first.pairs.layout.cell)), -1))
     checkpoint_path = None if out_dir is None else out_dir / "sweep-checkpoint.pt"
     fingerprints = {"config": fingerprint(config.resume_fingerprint()),
                     "cells": fingerprint([list(c) for c in cell_list])}

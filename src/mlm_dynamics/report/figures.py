@@ -95,7 +95,7 @@ def margin_distribution(margins: Mapping[str, LocalMargins]) -> Figure:
     figure = new_figure()
     axes = figure.add_subplot()
     for name, value in margins.items():
-        axes.hist(value.margin.flatten().double().numpy(), bins=30, alpha=0.6, label=name)
+        axes.hist(value.margin.flatten().double().cpu().numpy(), bins=30, alpha=0.6, label=name)
     axes.axvline(0.0, color="grey", lw=1)
     axes.set_xlabel("local margin Delta (logit of the current token minus the best rival)")
     axes.set_ylabel("sites")
@@ -110,7 +110,7 @@ def pca_landscape(embeddings: Tensor, chain: Tensor, basin: Tensor | None = None
     per group. The semantic landscape of the chains."""
     centred = embeddings.double() - embeddings.double().mean(0)
     _, _, directions = torch.linalg.svd(centred, full_matrices=False)  # exact PCA: [N, D] with D in the hundreds
-    points = (centred @ directions[:2].T).numpy()
+    points = (centred @ directions[:2].T).cpu().numpy()
     figure = new_figure()
     axes = figure.add_subplot()
     ids = chain.unique().tolist()
@@ -118,7 +118,7 @@ def pca_landscape(embeddings: Tensor, chain: Tensor, basin: Tensor | None = None
     distinct = list(dict.fromkeys(names))
     palette = dict(zip(distinct, colors(len(distinct)), strict=True))
     for c, name in zip(ids, names, strict=True):
-        rows = (chain == c).numpy()
+        rows = (chain == c).cpu().numpy()
         axes.plot(points[rows, 0], points[rows, 1], "-", lw=0.6, alpha=0.5, color=palette[name])
     for name in distinct:
         axes.plot([], [], "-", color=palette[name], label=name)
@@ -126,7 +126,7 @@ def pca_landscape(embeddings: Tensor, chain: Tensor, basin: Tensor | None = None
         basins = sorted(set(basin[basin >= 0].tolist()))
         shades = basin_colors(len(basins))  # reds: never a temperature's colour
         for b, shade in zip(basins, shades, strict=True):  # a legend entry per basin (no colour bar for one basin)
-            where = (basin == b).numpy()
+            where = (basin == b).cpu().numpy()
             axes.scatter(points[where, 0], points[where, 1], color=shade, s=14, edgecolors="black", linewidths=0.3,
                          zorder=3, label=f"trapped, basin {b}")
     axes.set_xlabel("PC 1")
@@ -175,7 +175,8 @@ def ladder_survival(times: Mapping[float, MeetingTimes]) -> Figure:
     for (tau, value), color in zip(sorted(times.items()), colors(len(times)), strict=True):
         steps, survival = survival_steps(value)
         label, dashed = overlap_label(drawn, survival, f"tau={tau:g}")
-        axes.step(steps.numpy(), survival.numpy(), where="post", color=color, label=label, ls="--" if dashed else "-")
+        axes.step(steps.cpu().numpy(), survival.cpu().numpy(), where="post", color=color, label=label,
+                  ls="--" if dashed else "-")
     axes.set_ylim(-0.02, 1.02)
     axes.set_xlabel("step t")
     axes.set_ylabel("P(T_meet > t)")
@@ -198,8 +199,9 @@ def dobrushin_curve(estimate: InfluenceEstimate) -> Figure:
     """Dobrushin coefficient ``max_j sum_i alpha_ij(tau)`` against tau, with the contraction level 1."""
     figure = new_figure()
     axes = figure.add_subplot()
-    axes.plot(estimate.temperatures.numpy(), estimate.dobrushin.numpy(), "o-", label="alpha(tau) (column sums)")
-    axes.plot(estimate.temperatures.numpy(), estimate.row_sums.amax(1).numpy(), "s--", label="max row sum")
+    axes.plot(estimate.temperatures.cpu().numpy(), estimate.dobrushin.cpu().numpy(), "o-",
+              label="alpha(tau) (column sums)")
+    axes.plot(estimate.temperatures.cpu().numpy(), estimate.row_sums.amax(1).cpu().numpy(), "s--", label="max row sum")
     axes.axhline(1.0, color="C3", lw=1, label="contraction: alpha < 1")
     temperature_axis(axes.xaxis, estimate.temperatures.tolist())
     axes.set_xlabel("temperature tau")
@@ -214,7 +216,7 @@ def drift_over_time(steps: Sequence[int], drift: Tensor, scale: float, temperatu
     coloured by the chain's temperature (thick: the mean per temperature)."""
     figure = new_figure()
     axes = figure.add_subplot()
-    relative = (drift / scale).numpy()
+    relative = (drift / scale).cpu().numpy()
     ladder = sorted(set(temperatures))
     for tau, color in zip(ladder, colors(len(ladder)), strict=True):
         chains = [c for c, t in enumerate(temperatures) if t == tau]
@@ -239,7 +241,7 @@ def chain_traces(steps: Sequence[int], values: Tensor, temperatures: Sequence[fl
     rows = math.ceil(len(ladder) / columns)
     figure = new_figure(max(7.6, 2.6 * columns), 2.8 * rows)
     panels = figure.subplots(rows, columns, sharex=True, sharey=True, squeeze=False).ravel()
-    data = values.double().numpy()
+    data = values.double().cpu().numpy()
     for axes, tau, color in zip(panels, ladder, colors(len(ladder)), strict=False):
         chains = [c for c, t in enumerate(temperatures) if t == tau]
         for chain in chains:
@@ -268,7 +270,7 @@ def topic_fractions_over_time(steps: Sequence[int], near: Tensor, temperatures: 
             chains = [c for c, t in enumerate(temperatures) if t == tau]
             hits = near[:, chains, k].double().mean(1)
             running = hits.cumsum(0) / torch.arange(1, len(hits) + 1)
-            axes.plot(steps, running.numpy(), color=color, label=f"tau={tau:g}")
+            axes.plot(steps, running.cpu().numpy(), color=color, label=f"tau={tau:g}")
         axes.axhline(base_rates[topic], color="grey", ls="--", lw=1, label="corpus base rate")
         axes.set_title(topic)
         axes.set_xlabel("step")

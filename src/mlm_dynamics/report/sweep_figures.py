@@ -84,7 +84,7 @@ def survival_curves(result: SweepResult, max_panels: int = 4) -> Figure:
                 name = f"tau={tau:g}" + ("" if kind == 0 else f" {START_KINDS[kind]}")
                 label, same = overlap_label(drawn, torch.cat([steps, survival]), name)
                 listed = same or kind == 0 or not (cell.kinds == 0).any()  # one entry per temperature, and overlaps
-                axes.step(steps.numpy(), survival.numpy(), where="post", color=color, ls=style,
+                axes.step(steps.cpu().numpy(), survival.cpu().numpy(), where="post", color=color, ls=style,
                           lw=3.0 if same else 1.2, alpha=0.6 if same else 1.0, label=label if listed else None)
         axes.set_title(f"n = {n}")
         axes.set_xlabel("step t")
@@ -137,7 +137,7 @@ def tv_bounds(result: SweepResult) -> Figure:
         if lagged is None:
             continue
         steps = torch.arange(0, int(lagged.budget) + 1, max(1, int(lagged.budget) // 200))
-        axes.plot(steps.numpy(), lagged.tv_upper_bound(steps).numpy(), color=color, label=f"tau={tau:g}")
+        axes.plot(steps.cpu().numpy(), lagged.tv_upper_bound(steps).cpu().numpy(), color=color, label=f"tau={tau:g}")
     axes.set_xlabel("step t")
     axes.set_ylabel("bound on TV(mu_0 P^t, pi) (1: a pair never met)")
     axes.set_title(f"L-lag coupling bounds, n = {n}")

@@ -252,7 +252,7 @@ class GlauberSampler(nn.Module):
         """The temperature broadcastable against logits ``[R, K, V]`` of rows ``rows`` (default: all chains)."""
         if isinstance(self.temperature, float):
             return self.temperature
-        picked = self.temperature if rows is None else self.temperature[rows]
+        picked = self.temperature if rows is None else self.temperature[rows.to(self.temperature.device)]
         return picked[:, None, None]
 
     def log_probs(self, logits: Tensor, temperature: float | Tensor | None = None) -> Tensor:
@@ -408,7 +408,8 @@ class GlauberSampler(nn.Module):
         proposal = state.tokens[rows].scatter(1, positions[rows], new[rows])
         proposal_energy = self._energy(proposal)
         log_reverse = log_q[rows].gather(-1, old[rows, :, None]).squeeze(-1).sum(1)
-        tau = self.temperature if isinstance(self.temperature, float) else self.temperature[rows].to(old.device)
+        tau = self.temperature if isinstance(self.temperature, float) else \
+            self.temperature[rows.to(self.temperature.device)].to(old.device)
         log_alpha = (state.energy[rows] - proposal_energy) / tau + log_reverse - log_prob[rows].sum(1)
         accept_rows = uniform[rows].log() < log_alpha
         accepted[rows] = accept_rows
