@@ -130,7 +130,7 @@ def trim(report: dict[str, Any]) -> dict[str, Any]:
         cells = [{k: v for k, v in cell.items() if k not in _PER_PAIR and "/" not in k} for cell in sweep["cells"]]
         kept = {k: sweep[k] for k in ("claims", "fit", "slow_region", "notes", "rectangles") if k in sweep}
         return {"config": report["config"], "environment": report["environment"], "timings": report["timings"],
-                "sweep": {**kept, "cells": cells}}
+                "sweep": {**kept, "cells": cells}, "cost": report.get("cost", {})}
     mixing = report.get("mixing", {})
     ladder = [{k: v for k, v in row.items() if not isinstance(v, list)} for row in mixing.get("by_temperature", [])]
     semantics = report.get("semantics", {})
@@ -138,7 +138,7 @@ def trim(report: dict[str, Any]) -> dict[str, Any]:
             "chains": {k: v for k, v in report["chains"].items() if not isinstance(v, list)},
             "mixing": {"by_temperature": ladder}, "semantics": {"by_temperature": semantics.get("by_temperature", [])},
             "influence": {k: v for k, v in report.get("influence", {}).items() if not isinstance(v, dict)},
-            "rectangle": report.get("rectangle", {}), "claims": report["claims"]}
+            "rectangle": report.get("rectangle", {}), "claims": report["claims"], "cost": report.get("cost", {})}
 
 
 def _table(rows: list[dict[str, Any]]) -> list[str]:
@@ -181,7 +181,16 @@ def results_page(data: dict[str, Any]) -> str:
                   "", "The claims:", "", *_claims(sweep["claims"])]
     else:
         lines += [*_table(key_figures(data)), "", "The claims:", "", *_claims(data["claims"])]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _cost(data.get("cost", {}))) + "\n"
+
+
+def _cost(cost: dict[str, Any]) -> list[str]:
+    """The job's bill: its one line and the phases (seconds, forward rows, forward equivalents)."""
+    if not cost:
+        return []
+    rows = [{"phase": row["phase"], "seconds": f"{row['seconds']:.1f}", "forward rows": row["forward_rows"],
+             "bare forwards": f"{row['forward_equivalents']:.0f}"} for row in cost["phases"]]
+    return ["", f"What it cost ({cost['line'].removeprefix('cost: ')}):", "", *_table(rows)]
 
 
 def results_pages() -> dict[str, Callable[[], str]]:

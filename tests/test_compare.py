@@ -81,9 +81,53 @@ def test_refusals_name_the_folder(two_sweeps, tmp_path, capsys):
     assert main(["compare", str(two_sweeps / "short"), str(tmp_path), "--out", str(tmp_path / "c")]) == 2
     assert f"{tmp_path} has no report.json" in capsys.readouterr().err
     (tmp_path / "run").mkdir()
-    (tmp_path / "run" / "report.json").write_text(json.dumps({"mixing": {}, "chains": {}}))
+    (tmp_path / "run" / "report.json").write_text(json.dumps(MINIMAL_RUN))
     assert main(["compare", str(two_sweeps / "short"), str(tmp_path / "run"), "--out", str(tmp_path / "c")]) == 2
     assert "different jobs (run, sweep)" in capsys.readouterr().err
+
+
+MINIMAL_RUN = {"config": {"temperatures": [1.0]}, "chains": {"num_chains": 2, "num_steps": 10},
+               "mixing": {"by_temperature": [{"temperature": 1.0, "censored_fraction": 0.5, "num_pairs": 2,
+                                              "meeting_time_median": None, "meeting_time_median_lower_bound": 10}]},
+               "claims": {"claims": [{"name": "incompatible", "statement": "s", "verdict": "holds"}]}}
+
+
+@pytest.mark.parametrize(("edit", "key"), [
+    (lambda r: r.update(mixing={}, chains={}, config={}), "config.temperatures must be a non-empty list"),
+    (lambda r: r["config"].update(temperatures=[-1e300]), "config.temperatures[0] must be > 0, got -1e+300"),
+    (lambda r: r["mixing"]["by_temperature"][0].update(temperature="hot"),
+     "mixing.by_temperature[0].temperature must be a finite number, got 'hot'"),
+    (lambda r: r["mixing"]["by_temperature"][0].update(censored_fraction=1.5),
+     "mixing.by_temperature[0].censored_fraction must be <= 1"),
+    (lambda r: r["mixing"]["by_temperature"][0].update(meeting_time_median_lower_bound=-1e300),
+     "mixing.by_temperature[0].meeting_time_median_lower_bound must be >= 0"),
+    (lambda r: r["claims"]["claims"][0].update(verdict="probably"), "claims.claims[0].verdict must be"),
+    (lambda r: r["chains"].pop("num_chains"), "chains.num_chains must be a finite number, got None"),
+])
+def test_hollow_and_impossible_reports_are_refused_in_one_line_naming_the_file_and_key(tmp_path, capsys, edit, key):
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    report = json.loads(json.dumps(MINIMAL_RUN))
+    edit(report)
+    for folder, content in ((good, MINIMAL_RUN), (bad, report)):
+        folder.mkdir()
+        (folder / "report.json").write_text(json.dumps(content))
+    assert main(["compare", str(good), str(bad), "--out", str(tmp_path / "c")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and f"{bad / 'report.json'}: {key}" in error, error
+
+
+def test_the_same_run_twice_and_damaged_files_are_refused(tmp_path, capsys):
+    runs = [tmp_path / name for name in ("a", "b", "c")]
+    for folder in runs:
+        folder.mkdir()
+    (runs[0] / "report.json").write_text(json.dumps(MINIMAL_RUN))
+    (runs[1] / "report.json").write_text(json.dumps(MINIMAL_RUN))  # a copy of the same report
+    (runs[2] / "report.json").write_bytes(b"\x00\xff\x13binary")
+    for pair, said in (((runs[0], runs[0]), "same run as"), ((runs[0], runs[1]), "same run as"),
+                       ((runs[0], runs[2]), "is damaged")):
+        assert main(["compare", *map(str, pair), "--out", str(tmp_path / "out")]) == 2
+        error = capsys.readouterr().err.strip()
+        assert len(error.splitlines()) == 1 and said in error, error
 
 
 def test_close_temperatures_do_not_crowd_the_tick_labels():

@@ -21,7 +21,7 @@ _EXPORTS: dict[str, str] = {
     "Denoiser": "models.base", "VocabInfo": "models.base",
     "MaskedLMDenoiser": "models.huggingface", "TextCodec": "models.huggingface",
     "FullSequenceDenoiser": "models.full_sequence", "PairwiseMRFDenoiser": "models.toy",
-    "denoiser_for": "models.families",
+    "denoiser_for": "models.families", "CostLedger": "models.cost",
     "ResidueCodec": "models.pretrained", "load_antiberty": "models.pretrained",
     "load_english_mlm": "models.pretrained",
     # samplers and randomness
@@ -70,6 +70,7 @@ __all__ = [
     "CaseStudyConfig",
     "ChainConvergence",
     "ChainMonitor",
+    "CostLedger",
     "CoupledGlauberChains",
     "DecodingQuality",
     "Denoiser",
