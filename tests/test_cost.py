@@ -106,3 +106,22 @@ def test_a_budget_ends_the_run_with_a_valid_report_of_what_it_measured(tmp_path,
         assert all(t <= steps for t in row["meeting_times"])
         assert all(t == steps for t, c in zip(row["meeting_times"], row["censored"], strict=True) if c)
     assert "cost:" in capsys.readouterr().out
+
+
+def test_the_step_cost_benchmark_runs_at_small_shapes(monkeypatch, capsys):
+    """The GPU host's benchmark, exercised on CPU: one-layer models, B = 2; every ratio it prints is a positive
+    finite number."""
+    import runpy
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("antiberty")
+    script = Path(__file__).parents[1] / "benchmarks" / "bench_step_cost.py"
+    monkeypatch.setattr(sys, "argv", [str(script), "--smoke"])
+    runpy.run_path(str(script), run_name="__main__")
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.split()[:1] in (["antiberty"],
+                                                                                                    ["bert-base"])]
+    assert [row[0] for row in rows] == ["antiberty", "bert-base"]
+    for row in rows:
+        ratios = [float(row[4].rstrip("x")), float(row[5]), float(row[7].rstrip("x"))]
+        assert all(0 < r < math.inf for r in ratios), row

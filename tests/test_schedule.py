@@ -256,27 +256,30 @@ def test_without_a_cap_every_due_run_happens(clock, denoiser):
 def test_the_first_run_is_budgeted_from_an_estimate_on_the_training_batch(clock, denoiser):
     scheduled = ScheduledProbe(Costly(clock, cost=2.0), every_n_steps=1, overhead=0.05)
     scheduled.prepare(denoiser.model, denoiser)
-    # at setup: one timed forward of num_starts placeholder rows (8 tokens), per row, x the probe's 100 forward rows
+    # at setup: the fastest of three timed forwards (after a warm-up) of num_starts placeholder rows (8 tokens), per
+    # row, x the probe's 100 forward rows
     assert scheduled.estimate == pytest.approx(100 * 0.005)
     assert scheduled.estimate_line == ("Costly: at most 100 forward rows per run, about 0.5 s here; at overhead=0.05 "
                                        "a run needs about 10 s of the loop's own time")
     logged = loop(scheduled, denoiser, clock, steps=300, step_seconds=0.5)
     # before the first run the estimate is timed on the batch's 32-token rows (2 s, the true cost) at steps 1, 2, 4,
-    # ..., 64 (each time the loop doubled: 7 x 0.08 s, counted); the first run fits at step 103 (0.56 + 2 s within
-    # 5 % of 51.5 s of loop), the next at step 183 (2.56 + 2 s within 5 % of 91.5 s), then at step 263
+    # ..., 128 (each time the loop doubled: 8 x 4 forwards of 0.08 s, counted); the first run fits at step 183
+    # (2.56 + 2 s within 5 % of 91.5 s of loop), the next at step 263 (4.56 + 2 s within 5 % of 131.5 s)
     assert scheduled.estimate == pytest.approx(2.0)
-    assert [m["costly/train/skipped_runs"] for m in logged] == [102.0, 181.0, 260.0]
-    assert logged[0]["costly/train/overhead"] == pytest.approx(2.56 / 51.5)
-    assert scheduled.seconds_used == pytest.approx(7 * 0.08 + 3 * 2.0)
+    assert [m["costly/train/skipped_runs"] for m in logged] == [182.0, 261.0]
+    assert logged[0]["costly/train/overhead"] == pytest.approx(4.56 / 91.5)
+    assert scheduled.seconds_used == pytest.approx(8 * 4 * 0.08 + 2 * 2.0)
 
 
 def test_an_estimate_inflated_by_a_busy_machine_is_timed_again(clock, denoiser):
-    """The first timing of the batch estimate hit a busy spell (10x slower); the retimings as the loop doubles keep
-    the smallest, so the runs start instead of waiting forever for an estimate no run ever corrects."""
+    """The first timing of the batch estimate hit a busy spell (10x slower, its warm-up and its three timed
+    forwards); the retimings as the loop doubles keep the smallest, so the runs start instead of waiting forever for
+    an estimate no run ever corrects: 3.2 s for the slow timing and 0.32 s for each retiming at steps 2, 4, ..., 256
+    put the first run at step 311 (5.76 + 2 s within 5 % of 155.5 s), then every 80 steps (2 s more each)."""
     scheduled = ScheduledProbe(Costly(clock, cost=2.0), every_n_steps=1, overhead=0.05)
     scheduled.prepare(denoiser.model, denoiser)
     forward = denoiser.conditional_logits
-    slow_once = [True]
+    slow_once = [True] * 4
 
     def busy(tokens, *args, **kwargs):
         if slow_once.pop() if slow_once else False:
@@ -284,8 +287,9 @@ def test_an_estimate_inflated_by_a_busy_machine_is_timed_again(clock, denoiser):
         return forward(tokens, *args, **kwargs)
 
     denoiser.conditional_logits = busy
-    logged = loop(scheduled, denoiser, clock, steps=300, step_seconds=0.5)
-    assert scheduled.estimate == pytest.approx(2.0) and len(logged) == 3  # (none without the retiming: 20 s)
+    logged = loop(scheduled, denoiser, clock, steps=600, step_seconds=0.5)
+    assert scheduled.estimate == pytest.approx(2.0) and len(logged) == 4  # (none without the retiming: 20 s)
+    assert [m["costly/train/skipped_runs"] for m in logged] == [310.0, 389.0, 468.0, 547.0]
 
 
 def test_a_failing_run_is_counted_warned_once_and_the_loop_goes_on(clock, denoiser):
@@ -358,8 +362,9 @@ def test_what_a_run_leaves_behind_is_charged_to_the_diagnostics(clock, denoiser)
         scheduled.capture(batch())
         after_run = scheduled.due(step) and scheduled.run(denoiser.model, denoiser, stage="train") is not None
     assert scheduled.loop_seconds == pytest.approx(1000.0)  # 2000 steps of 0.5 s: the 0.3 s are not the loop's
-    # beyond the runs and the six timed estimates before the first one (steps 1, 2, 4, ..., 32; it fits at step 50)
-    charged = scheduled.seconds_used - 6 * 0.08 - 2.0 * scheduled.runs
+    # beyond the runs and the seven timed estimates (4 forwards of 0.08 s each) before the first one (steps 1, 2, 4,
+    # ..., 64; it fits at step 85)
+    charged = scheduled.seconds_used - 7 * 4 * 0.08 - 2.0 * scheduled.runs
     assert charged == pytest.approx(0.3 * scheduled.runs)
     assert 0.09 <= scheduled.seconds_used / scheduled.loop_seconds <= 0.1 + 1e-12
     assert scheduled.estimate == pytest.approx(2.3)
@@ -380,6 +385,6 @@ def test_step_time_noise_is_not_billed_to_the_runs(clock, denoiser):
         scheduled.capture(batch())
         if scheduled.due(step):
             scheduled.run(denoiser.model, denoiser, stage="train")
-    charged = scheduled.seconds_used - 6 * 0.08 - 2.0 * scheduled.runs  # beyond the runs and the six estimates
+    charged = scheduled.seconds_used - 7 * 4 * 0.08 - 2.0 * scheduled.runs  # beyond the runs and seven estimates
     assert scheduled.runs >= 40
     assert 0.0 <= charged <= 1.25

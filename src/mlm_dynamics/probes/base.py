@@ -33,8 +33,8 @@ probe does (copying start rows, runs, estimates, the adapter logging a run's val
 and what a run leaves behind: the excess of the optimizer step right after a run over a typical step (cold caches,
 kernels re-selected for the training shapes). The loop's seconds leave out what every probe of the process spent, so
 several probes on one loop share it without counting each other's runs as loop time. The expected cost is the
-last run's with its after-effect, and before the first run an estimate from the probe's forward rows and one timed
-forward, at setup and again on the first training batch (:attr:`ScheduledProbe.estimate`, one line the adapters log
+last run's with its after-effect, and before the first run an estimate from the probe's forward rows and a timed
+forward (the fastest of three after a warm-up), at setup and again on the first training batch (:attr:`ScheduledProbe.estimate`, one line the adapters log
 when the run is set up). An estimate can be wrong (a busy machine, a first run on longer rows), so a run is also
 held to what is left of the budget when it starts: past it, the next forward pass is refused
 (:func:`~mlm_dynamics.models.base.forward_deadline`), the run is counted (``stopped_runs``), its partial results are
@@ -387,18 +387,22 @@ class ScheduledProbe:
         self._spent(time.perf_counter() - started, charged=False)
 
     def _estimate(self, module: nn.Module, denoiser: Denoiser, rows: StartStates) -> float | None:
-        """The expected seconds of a run on ``rows``: one timed forward of ``num_starts`` rows like them (isolated),
-        per row, times the probe's forward rows for such a run (``None`` when the probe cannot say); sets the cost
-        line."""
+        """The expected seconds of a run on ``rows``: the fastest of three timed forwards of ``num_starts`` rows like
+        them after one untimed warm-up (isolated; the first pass of a shape pays for kernel set-up, which made the
+        estimate 5 to 9 times too high), per row, times the probe's forward rows for such a run (``None`` when the
+        probe cannot say); sets the cost line. Cost: ``4 num_starts`` forward rows."""
         rows_per_run = self.probe.forward_rows(self.num_starts, int(rows.counts.max()))
         if rows_per_run is None:
             return None
         index = torch.arange(self.num_starts) % len(rows.tokens)  # num_starts rows, repeating the ones there are
         mask = None if rows.attention_mask is None else rows.attention_mask[index]
+        times = []
         with isolated(module, denoiser, device=denoiser.device):
-            started = time.perf_counter()
-            denoiser.conditional_logits(rows.tokens[index], rows.sites[index, :1], mask)
-            per_row = (time.perf_counter() - started) / self.num_starts
+            for _ in range(4):
+                started = time.perf_counter()
+                denoiser.conditional_logits(rows.tokens[index], rows.sites[index, :1], mask)
+                times.append(time.perf_counter() - started)
+        per_row = min(times[1:]) / self.num_starts
         self.estimate_line = cost_line(type(self.probe).__name__, rows_per_run, per_row * rows_per_run, self.overhead)
         return per_row * rows_per_run
 
