@@ -36,8 +36,8 @@ several probes on one loop share it without counting each other's runs as loop t
 last run's with its after-effect, and before the first run an estimate from the probe's forward rows and a timed
 forward (the fastest of three after a warm-up), at setup and again on the first training batch
 (:attr:`ScheduledProbe.estimate`, one line the adapters log when the run is set up). An estimate can be wrong (a
-busy machine, a first run on longer rows), so a run is also held to what is left of the budget when it starts: past it, the next forward pass is refused
-(:func:`~mlm_dynamics.models.base.forward_deadline`), the run is counted (``stopped_runs``), its partial results are
+busy machine, a first run on longer rows), so a run is also held to what is left of the budget when it starts:
+past it, the next forward pass is refused (:func:`~mlm_dynamics.models.base.forward_deadline`), the run is counted (``stopped_runs``), its partial results are
 logged where the probe can state them honestly (meeting times censored at the steps reached, with their ``budget``)
 and discarded otherwise, and the next run waits for the full cost it showed; the diagnostics therefore exceed
 ``overhead`` by at most one forward pass. ``budget_seconds`` is an absolute cap on top.
