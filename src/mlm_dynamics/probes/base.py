@@ -25,22 +25,22 @@ in (an EMA ``store``/``copy_to`` in its ``on_validation_epoch_start``), ``weight
 training steps, ``mixing/val/...`` at validation end, ``mixing/predict/...`` at predict end; each value is logged
 once, at the step it was measured (:func:`metric_key_table` lists every name).
 
-**Cost is the user's budget.** ``overhead`` (default 0.05) caps the diagnostics at that fraction of the watched
-loop's own wall-clock time (training and evaluation alike): a due run happens only when the seconds spent so far plus
-the expected cost of one run fit within ``overhead`` times the loop's seconds; otherwise it is skipped and counted
-(``skipped_runs``), and every run logs the realised fraction (``overhead``). The diagnostics' seconds are all the
-probe does (copying start rows, runs, estimates, the adapter logging a run's values: :meth:`ScheduledProbe.charged`)
-and what a run leaves behind: the excess of the optimizer step right after a run over a typical step (cold caches,
-kernels re-selected for the training shapes). The loop's seconds leave out what every probe of the process spent, so
-several probes on one loop share it without counting each other's runs as loop time. The expected cost is the
-last run's with its after-effect, and before the first run an estimate from the probe's forward rows and a timed
-forward (the fastest of three after a warm-up), at setup and again on the first training batch
-(:attr:`ScheduledProbe.estimate`, one line the adapters log when the run is set up). An estimate can be wrong (a
-busy machine, a first run on longer rows), so a run is also held to what is left of the budget when it starts:
-past it, the next forward pass is refused (:func:`~mlm_dynamics.models.base.forward_deadline`), the run is counted (``stopped_runs``), its partial results are
-logged where the probe can state them honestly (meeting times censored at the steps reached, with their ``budget``)
-and discarded otherwise, and the next run waits for the full cost it showed; the diagnostics therefore exceed
-``overhead`` by at most one forward pass. ``budget_seconds`` is an absolute cap on top.
+**Cost is the user's budget.** ``overhead`` (default 0.05) caps the diagnostics at that fraction of the watched loop's
+own wall-clock time (training and evaluation alike): a due run happens only when the seconds spent so far plus the
+expected cost of one run fit within ``overhead`` times the loop's seconds; otherwise it is skipped and counted
+(``skipped_runs``), and every run logs the realised fraction (``overhead``). The diagnostics' seconds are all the probe
+does (copying start rows, runs, estimates, the adapter logging a run's values: :meth:`ScheduledProbe.charged`) and what
+a run leaves behind: the excess of the optimizer step right after a run over a typical step (cold caches, kernels
+re-selected for the training shapes). The loop's seconds leave out what every probe of the process spent, so several
+probes on one loop share it without counting each other's runs as loop time. The expected cost is the last run's with
+its after-effect, and before the first run an estimate from the probe's forward rows and a timed forward (the fastest of
+three after a warm-up), at setup and again on the first training batch (:attr:`ScheduledProbe.estimate`, one line the
+adapters log when the run is set up). An estimate can be wrong (a busy machine, a first run on longer rows), so a run is
+also held to what is left of the budget when it starts: past it, the next forward pass is refused
+(:func:`~mlm_dynamics.models.base.forward_deadline`), the run is counted (``stopped_runs``), its partial results are
+logged where the probe can state them honestly (meeting times censored at the steps reached, with their ``budget``) and
+discarded otherwise, and the next run waits for the full cost it showed; the diagnostics therefore exceed ``overhead``
+by at most one forward pass. ``budget_seconds`` is an absolute cap on top.
 
 **Failures never end the run.** A run that fails (a numerical refusal, running out of memory, a model quirk) is
 caught, warned about once per cause with what to change, counted (``failed_runs``, logged), and the loop goes on;
