@@ -218,6 +218,18 @@ def test_a_damaged_csv_is_refused_naming_file_and_line(logged, tmp_path, damage,
         read_logs(folder)
 
 
+@pytest.mark.parametrize(("damage", "message"), [
+    (lambda data: b"\x00\xff\x13" + data, r"metrics\.csv: damaged, not a text metrics log \(byte 1 is not UTF-8\)"),
+    (lambda data: data.replace(b"\n", b"\n\x00", 2), r"metrics\.csv, line 2: damaged, a NUL byte"),
+])
+def test_a_binary_csv_is_named_as_damaged(logged, tmp_path, damage, message):
+    folder = copy_of(logged, tmp_path, "csv")
+    path = only(folder, "metrics.csv")
+    path.write_bytes(damage(path.read_bytes()))
+    with pytest.raises(ValueError, match=message):
+        read_logs(folder)
+
+
 def _garble_cell(text: str) -> str:
     """The first non-empty numeric cell of the first data row replaced by text."""
     header, first, *rest = text.split("\n")

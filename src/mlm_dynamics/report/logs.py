@@ -145,7 +145,13 @@ def _pick_run(folder: Path, runs: dict[str, list[Path]], run: str | None) -> str
 
 
 def _read_csv(path: Path, run: LoggedRun) -> None:
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: damaged, not a text metrics log (byte {error.start} is not UTF-8)") from None
+    if "\x00" in text:
+        raise ValueError(f"{path}, line {text[:text.index(chr(0))].count(chr(10)) + 1}: damaged, a NUL byte in a text "
+                         "metrics log")
     if text and not text.endswith("\n"):
         raise ValueError(f"{path}, line {text.count(chr(10)) + 1}: the file ends inside a line (the writer was "
                          "stopped mid-write); remove the incomplete last line to read the rest")
