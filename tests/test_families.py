@@ -216,3 +216,38 @@ def test_weights_dtype_uses_the_keyword_of_this_transformers():
 
     expected = "dtype" if Version(transformers.__version__) >= Version("4.56") else "torch_dtype"
     assert dtype_argument(torch.float16) == {expected: torch.float16}
+
+
+def test_the_monitor_refuses_what_does_not_fit_and_never_loses_the_output(directories):
+    """Wrong inputs are named before the sampler runs; what only the run can show (a model never called, a batch the
+    sampler doubles for classifier-free guidance) is warned about, with the sampler's output kept."""
+    llada = attach("llada", directories)[1]
+    prompt = torch.randint(3, build.VOCAB - 1, (2, 4), generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match=f"mask_id: 99999 is not an id of the model's {build.VOCAB}-token"):
+        monitor_sampler(llada, lambda: prompt, mask_id=99999)
+    with pytest.raises(ValueError, match="run must be a callable that runs the sampler.*got Tensor"):
+        monitor_sampler(llada, prompt)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="run: the sampler returned torch.float32 values"):
+        monitor_sampler(llada, lambda: prompt.float())
+    other = attach("llada", directories)[1]  # another instance: the sampler never calls the watched one
+    samplers = build.samplers()
+    with pytest.warns(RuntimeWarning, match="never called the watched model"):
+        trace = monitor_sampler(other, lambda: samplers.llada_generate(
+            llada, prompt, gen_length=4, block_length=4, steps=4, mask_id=build.MASK_ID))
+    assert trace.steps == 0 and trace.output.shape == (2, 8) and "never called" in trace.problem
+
+    def guided(x):  # LLaDA's classifier-free guidance: the prompt-free copy rides in the same batch
+        x = torch.cat([x, torch.full((2, 4), build.MASK_ID)], 1)
+        for _ in range(4):
+            unconditional = x.clone()
+            unconditional[:, :4] = build.MASK_ID
+            logits = llada(torch.cat([x, unconditional])).logits
+            cond, uncond = logits.chunk(2)
+            guided_logits = uncond + 2.0 * (cond - uncond)
+            masked = (x == build.MASK_ID).nonzero()[:2]
+            x[masked[:, 0], masked[:, 1]] = guided_logits[masked[:, 0], masked[:, 1], :-1].argmax(-1)
+        return x
+
+    with pytest.warns(RuntimeWarning, match="run returned 2 rows where the model saw 4"):
+        trace = monitor_sampler(llada, lambda: guided(prompt.clone()))
+    assert trace.output.shape == (2, 8) and trace.steps == 4

@@ -20,6 +20,7 @@ monitor's observation steps, its embedder; memory: one step's logits at the mask
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +48,8 @@ class SamplerTrace:
             nothing was committed).
         metrics: the monitor's scalars at its observation steps (the last one the final state's).
         output: ``run()``'s return value as it was.
+        problem: why the watch stopped early or saw nothing (warned once as well), ``None`` when it watched every
+            step; the sampler's output is kept either way.
     """
 
     steps: int = 0
@@ -58,6 +61,7 @@ class SamplerTrace:
     effective: dict[str, float] = field(default_factory=dict)
     metrics: list[dict[str, float]] = field(default_factory=list)
     output: Any = None
+    problem: str | None = None
 
     def summary(self) -> dict[str, float]:
         """``steps``, ``committed``, ``overwritten`` (totals), ``overwrite_fraction`` (of commits), the final width and
@@ -85,9 +89,22 @@ def _logits_of(output: Any) -> Tensor | None:
 def _final_tokens(output: Any) -> Tensor:
     for value in (output, getattr(output, "sequences", None), output[0] if isinstance(output, tuple) else None):
         if isinstance(value, Tensor) and value.dim() == 2:
+            if value.dtype.is_floating_point or value.dtype == torch.bool:
+                raise ValueError(f"run: the sampler returned {value.dtype} values [B, L], not token ids; "
+                                 "monitor_sampler needs the final tokens (an integer tensor)")
             return value
     raise ValueError(f"run: the sampler returned a {type(output).__name__}; monitor_sampler needs the final tokens "
                      "[B, L] (a tensor, a tuple starting with one, or an output with .sequences)")
+
+
+def _vocab_size(model: nn.Module) -> int | None:
+    """The model's vocabulary size where it says (``config.vocab_size``, an embedding's rows), else ``None``."""
+    size = getattr(getattr(model, "config", None), "vocab_size", None)
+    if isinstance(size, int):
+        return size
+    if isinstance(model, nn.Embedding):
+        return model.num_embeddings
+    return None
 
 
 class _Watcher:
@@ -101,16 +118,27 @@ class _Watcher:
         self.total, self.squares = torch.zeros((), dtype=torch.float64), torch.zeros((), dtype=torch.float64)
         self.expected = torch.zeros(len(TEMPERATURE_GRID), dtype=torch.float64)
         self.count = 0
+        self.unread = 0  # outermost calls whose tokens [B, L] (integers) or logits [B, L, V] could not be read
 
     def before(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         self.depth += 1
 
     def after(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
         self.depth -= 1
-        if self.depth or self.busy:
+        if self.depth or self.busy or self.trace.problem is not None:
             return
         tokens, logits = _tokens_of(args, kwargs), _logits_of(output)
         if tokens is None or logits is None:
+            self.unread += 1
+            return
+        if not 0 <= self.mask_id < logits.shape[-1]:
+            self.trace.problem = (f"mask_id: {self.mask_id} is not an id of the model's {logits.shape[-1]}-token "
+                                  "vocabulary; nothing was watched")
+            return
+        if self.previous is not None and tokens.shape[0] != self.previous[0].shape[0]:
+            self.trace.problem = (f"the model saw {tokens.shape[0]} rows at step {self.trace.steps + 1} after "
+                                  f"{self.previous[0].shape[0]} (classifier-free guidance doubles the batch): the "
+                                  f"watch stopped there, the sampler ran on")
             return
         logits = logits.detach()
         if self.shift:  # position i is predicted at i - shift
@@ -174,8 +202,21 @@ class _Watcher:
 
     def finish(self, output: Any) -> SamplerTrace:
         final = _final_tokens(output)
-        self.step(final, None)
         self.trace.final, self.trace.output = final.cpu(), output
+        if self.trace.problem is None and not self.trace.steps:
+            self.trace.problem = (
+                "the sampler never called the watched model with token ids [B, L] and got logits [B, L, V] back "
+                f"({self.unread} calls it could not read): is it another instance, does the sampler call .forward "
+                "directly (pass the module whose __call__ it uses), or does it feed embeddings or floats?")
+        seen = None if self.previous is None else self.previous[0].shape[0]
+        if self.trace.problem is None and seen is not None and final.shape[0] != seen:
+            self.trace.problem = (f"run returned {final.shape[0]} rows where the model saw {seen} at every step "
+                                  "(classifier-free guidance?): the per-step statistics include rows that are not "
+                                  "the sampler's output, and the final state was not watched")
+        elif self.trace.problem is None:
+            self.step(final, None)
+        if self.trace.problem is not None:
+            warnings.warn(f"monitor_sampler: {self.trace.problem}", RuntimeWarning, stacklevel=3)
         if self.count:
             self.trace.effective = effective_temperature_from(self.total, self.squares, self.expected, self.count,
                                                               self.temperature)
@@ -205,6 +246,14 @@ def monitor_sampler(model: nn.Module, run: Callable[[], Any], monitor: ChainMoni
         >>> trace.steps, sum(trace.committed), trace.effective["effective_temperature"] < 1
         (6, 12, True)
     """
+    if not callable(run):
+        raise ValueError(f"run must be a callable that runs the sampler (e.g. lambda: model.generate(...)), got "
+                         f"{type(run).__name__}")
+    if mask_id is not None and (isinstance(mask_id, bool) or not isinstance(mask_id, int) or mask_id < 0):
+        raise ValueError(f"mask_id must be a token id (an integer >= 0), got {mask_id!r}")
+    size = _vocab_size(model)
+    if mask_id is not None and size is not None and mask_id >= size:
+        raise ValueError(f"mask_id: {mask_id} is not an id of the model's {size}-token vocabulary")
     family = detect_family(model)
     if mask_id is None:
         if family is None:
