@@ -225,9 +225,9 @@ def test_the_monitor_refuses_what_does_not_fit_and_never_loses_the_output(direct
     prompt = torch.randint(3, build.VOCAB - 1, (2, 4), generator=torch.Generator().manual_seed(0))
     with pytest.raises(ValueError, match=f"mask_id: 99999 is not an id of the model's {build.VOCAB}-token"):
         monitor_sampler(llada, lambda: prompt, mask_id=99999)
-    with pytest.raises(ValueError, match="run must be a callable that runs the sampler.*got Tensor"):
-        monitor_sampler(llada, prompt)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="run: the sampler returned torch.float32 values"):
+    with pytest.raises(ValueError, match=r"run must be a callable that runs the sampler.*got Tensor"):
+        monitor_sampler(llada, prompt)
+    with pytest.raises(ValueError, match=r"run: the sampler returned torch\.float32 values"):
         monitor_sampler(llada, lambda: prompt.float())
     other = attach("llada", directories)[1]  # another instance: the sampler never calls the watched one
     samplers = build.samplers()
