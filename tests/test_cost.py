@@ -93,19 +93,32 @@ def test_the_run_job_bills_exactly_the_rows_its_loop_serves(tmp_path):
     assert phases["semantics"]["forward_rows"] > 0  # hidden-state forwards are counted too
 
 
-def test_a_budget_ends_the_run_with_a_valid_report_of_what_it_measured(tmp_path, capsys):
+def test_a_budget_plans_the_run_to_fit_and_the_deadline_stops_what_the_plan_missed(tmp_path, capsys, monkeypatch):
+    """--budget first plans: the steps that fit at the timed rate once the later sections are reserved (a note says
+    how many of how many); a plan that misses (here: no plan) is stopped at the deadline, open pairs censored at the
+    step reached, later sections left out, and the report of what was measured written."""
     pytest.importorskip("antiberty")
-    out = tmp_path / "run"
-    assert main(["run", "--out", str(out), *QUICK, "--set", "run.num_steps=400", "--set", "coupling.max_steps=400",
-                 "--budget", "6"]) == 0
-    report = json.loads((out / "report.json").read_text())
+    import mlm_dynamics.experiments.run as job
+
+    long = [*QUICK, "--set", "run.num_steps=5000", "--set", "coupling.max_steps=5000"]
+    planned = tmp_path / "planned"
+    assert main(["run", "--out", str(planned), *long, "--budget", "8"]) == 0
+    report = json.loads((planned / "report.json").read_text())
+    assert 1 <= report["chains"]["num_steps"] < 5000
+    assert any(note.startswith("--budget: planned ") and "of 5000 steps" in note for note in report["notes"])
+    assert "cost:" in capsys.readouterr().out
+
+    monkeypatch.setattr(job, "fit_to_budget", lambda config, *args, **kwargs: (config, []))
+    stopped = tmp_path / "stopped"
+    assert main(["run", "--out", str(stopped), *long, "--budget", "6"]) == 0
+    report = json.loads((stopped / "report.json").read_text())
     assert report["stopped"].startswith("budget: the 6 s ran out at step ")
     steps = report["chains"]["num_steps"]
-    assert 0 <= steps < 400 and any("stopped early" in note for note in report["notes"])
+    assert 0 <= steps < 5000 and any("stopped early" in note for note in report["notes"])
     for row in report["mixing"]["by_temperature"]:  # open pairs censored at the step reached, never beyond
         assert all(t <= steps for t in row["meeting_times"])
         assert all(t == steps for t, c in zip(row["meeting_times"], row["censored"], strict=True) if c)
-    assert "cost:" in capsys.readouterr().out
+    assert "margins: not measured" in " ".join(report["notes"])
 
 
 def test_the_step_cost_benchmark_runs_at_small_shapes(monkeypatch, capsys):

@@ -6,6 +6,7 @@ steps), then measures the sections and returns a :class:`ChainRunResult`; :mod:`
 
 from __future__ import annotations
 
+import copy
 import csv
 import io
 import math
@@ -153,6 +154,9 @@ def run_chains(config: RunConfig, out_dir: Path | None = None, *, resume: bool =
     sites = window_sites(denoiser, tokens, window)
     ledger.time_bare_forward(denoiser, tokens)
     temperatures = config.per_chain_temperatures()
+    if budget is not None and not resume:
+        config, planned = fit_to_budget(config, ledger, deadline - time.perf_counter(), num_sites=sites.shape[1])
+        notes += planned
     plan = _Plan(config, denoiser, tokens, sites)
     notes += plan.notes
     chains = plan.chains
@@ -274,6 +278,50 @@ def run_chains(config: RunConfig, out_dir: Path | None = None, *, resume: bool =
     with ledger.phase("claims"):
         result.claims = run_claims(result)
     return result
+
+
+REPORT_FORWARDS = 15  # the report and its figures, in bare forwards of the default job (measured: 7 to 8)
+
+
+def planned_rows(config: RunConfig, num_sites: int) -> tuple[int, int]:
+    """``(per_step, after)``: the forward rows of one step of the loop at its start (every chain, the partner of
+    each paired chain and both chains of each extra pair, before any meets) and of the sections after it (margins at
+    the start and the end, rectangles, influence, the semantics' reference fillings and observations), from the
+    config alone. Both are upper bounds of what the run spends."""
+    chains, ladder = config.chains.num_chains, len(config.temperatures)
+    pairs = config.coupling.num_pairs if config.coupling.enabled else 0
+    per_temperature = chains // ladder
+    per_step = chains + ladder * (min(pairs, per_temperature) + 2 * max(pairs - per_temperature, 0))
+    rectangle = config.rectangle
+    after = ((1 + chains) * num_sites if config.margins.enabled else 0)
+    after += chains * rectangle.pairs_per_context * (2 * rectangle.num_tokens + 2) if rectangle.enabled else 0
+    n = min(config.influence.max_sites, num_sites)
+    after += config.influence.num_contexts * n * (1 + config.influence.replacements * (n - 1)) \
+        if config.influence.enabled else 0
+    if config.semantics.enabled:
+        after += chains * (config.semantics.reference_samples + 2 + config.run.num_steps // config.semantics.every)
+    return per_step, after
+
+
+def fit_to_budget(config: RunConfig, ledger: CostLedger, seconds: float, *, num_sites: int
+                  ) -> tuple[RunConfig, list[str]]:
+    """The config cut to fit ``seconds`` at the ledger's bare-forward rate: the sections after the loop and the
+    report are reserved first (:func:`planned_rows`), the loop gets the rest, at most ``run.num_steps`` steps of
+    its starting rows (an upper bound: pairs that meet leave). A plan that cuts steps says so in a note; the
+    deadline stays as the hard stop."""
+    assert ledger.bare_forward_seconds is not None and ledger.bare_forward_shape is not None
+    per_row = ledger.bare_forward_seconds / ledger.bare_forward_shape[0]
+    per_step, after = planned_rows(config, num_sites)
+    left = seconds - (after * per_row + REPORT_FORWARDS * ledger.bare_forward_seconds)
+    steps = min(config.run.num_steps, max(int(left / (per_step * per_row)), 0))
+    if steps >= config.run.num_steps:
+        return config, []
+    cut = copy.deepcopy(config)
+    cut.run.num_steps = max(steps, 1)
+    note = (f"--budget: planned {cut.run.num_steps} of {config.run.num_steps} steps to fit {seconds:.0f} s left "
+            f"after loading ({per_step} rows a step at {per_row * 1000:.1f} ms a row; {after} rows reserved for the "
+            "sections after the loop and the report)")
+    return cut, [note]
 
 
 CHUNK_ROWS = 64  # rows per forward pass of the sections: per-row cost is flat from 8 to 64 rows and grows beyond
