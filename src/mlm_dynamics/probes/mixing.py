@@ -89,7 +89,7 @@ class MeetingTimeProbe(Probe):
         return list(self._draws)
 
     def forward_rows(self, rows: int, sites: int) -> int:
-        """``2 B max_steps`` (twice that, plus the lag, with ``lag``)."""
+        """``2 B max_steps`` (twice that, plus the lag, with ``lag``): an upper bound, met pairs leave the batch."""
         pairs = 2 * rows * self.max_steps
         return pairs if self.lag is None else 2 * pairs + rows * self.lag
 
@@ -97,7 +97,7 @@ class MeetingTimeProbe(Probe):
         """Run coupled pairs from the starts against independent fillings; meeting-time summary (and lagged bounds)."""
         self._draws = []  # a run that fails or is discarded leaves no draws behind
         sampler = GlauberSampler(denoiser, self.temperature)
-        chains = CoupledGlauberChains(sampler)
+        chains = CoupledGlauberChains(sampler, freeze_met=True)  # a met pair needs no more rows
         tokens, sites, counts = starts.tokens, starts.sites, starts.counts
         y0 = randomize_sites(denoiser, tokens, sites, generator, site_counts=counts)
         state = chains.init_state(tokens, y0, generator=as_generator(generator, "pairs"), sites=sites,
@@ -128,9 +128,10 @@ class MeetingTimeProbe(Probe):
 
 
 def _pair_draw(x0: torch.Tensor, y0: torch.Tensor, state: CoupledState) -> dict[str, list[int]]:
-    """Pair 0 as ``label -> ids``: its chains at step 0 and at the end (one line once they met: they move together)."""
+    """Pair 0 as ``label -> ids``: its chains at step 0 and at the end, or where they met (one line: met pairs leave
+    the batch together)."""
     steps, met_at = int(state.x.step), int(state.met_at[0])
-    ends = ({f"x = y at step {steps} (met at step {met_at})": state.x.tokens[0].tolist()} if met_at >= 0 else
+    ends = ({f"x = y from step {met_at} (met)": state.x.tokens[0].tolist()} if met_at >= 0 else
             {f"x at step {steps} (not met)": state.x.tokens[0].tolist(),
              f"y at step {steps} (not met)": state.y[0].tolist()})
     return {"x (start row) at step 0": x0.tolist(), "y (random filling) at step 0": y0.tolist(), **ends}
