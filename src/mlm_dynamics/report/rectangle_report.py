@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -12,20 +11,15 @@ from ..experiments.rectangles import RectangleTableConfig, TableRow
 from ..models.cost import CostLedger
 from . import figures
 from .html import Section, render_html, write_figures
-from .writers import jsonable, write_csv, write_json, write_text
+from .writers import jsonable, write_billed, write_csv, write_text
 
 
 def write_rectangle_table(config: RectangleTableConfig, rows: list[TableRow], out_dir: Path,
                           cost: CostLedger | None = None) -> dict[str, Any]:
     """Write ``table.csv``, ``report.json`` and ``report.html`` of the rectangle table into ``out_dir``; return the
-    report, with ``cost`` (:meth:`~mlm_dynamics.models.cost.CostLedger.record`, writing included) when the job's
-    ledger is given."""
-    with nullcontext() if cost is None else cost.phase("report and figures"):
-        report = _write_pages(config, rows, out_dir, cost)
-    if cost is not None:
-        report["cost"] = cost.record()
-    write_json(out_dir / "report.json", report)
-    return report
+    report, with ``cost`` (:meth:`~mlm_dynamics.models.cost.CostLedger.record`, writing included; the job's ledger
+    when given)."""
+    return write_billed(out_dir, cost, lambda: _write_pages(config, rows, out_dir, cost))
 
 
 def _write_pages(config: RectangleTableConfig, rows: list[TableRow], out_dir: Path,

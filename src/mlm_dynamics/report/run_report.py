@@ -13,10 +13,9 @@ from matplotlib.figure import Figure
 
 from ..experiments.config import to_dict
 from ..experiments.run import TRAJECTORY_FIELDS, ChainRunResult
-from ..models.cost import CostLedger
 from . import figures
 from .html import Section, claims_section, marked_changes, quantile_text, render_html, write_figures
-from .writers import write_csv, write_json, write_text
+from .writers import write_billed, write_csv, write_text
 
 
 def run_report(result: ChainRunResult) -> dict[str, Any]:
@@ -155,12 +154,7 @@ CAPTIONS = {
 def write_run_report(result: ChainRunResult, out_dir: Path) -> dict[str, Any]:
     """Write ``report.json``, ``trajectory.csv``, ``figures/*.png`` and ``report.html``; returns the report, whose
     ``cost`` (:meth:`~mlm_dynamics.models.cost.CostLedger.record`) includes writing them."""
-    ledger = result.cost if result.cost is not None else CostLedger()
-    with ledger.phase("report and figures"):
-        report = _write_pages(result, out_dir)
-    report["cost"] = ledger.record()
-    write_json(out_dir / "report.json", report)
-    return report
+    return write_billed(out_dir, result.cost, lambda: _write_pages(result, out_dir))
 
 
 def _write_pages(result: ChainRunResult, out_dir: Path) -> dict[str, Any]:

@@ -9,10 +9,9 @@ from matplotlib.figure import Figure
 
 from ..experiments.config import to_dict
 from ..experiments.semantics import CaseStudyResult
-from ..models.cost import CostLedger
 from . import figures
 from .html import Section, render_html, write_figures
-from .writers import write_json, write_text
+from .writers import write_billed, write_text
 
 
 def semantics_report(result: CaseStudyResult) -> dict[str, Any]:
@@ -45,12 +44,7 @@ CAPTIONS = {"landscape": "PCA of the sentence embeddings of every chain state; c
 def write_semantics_report(result: CaseStudyResult, out_dir: Path) -> dict[str, Any]:
     """Write ``report.json``, the figures and ``report.html`` of the case study into ``out_dir``; return the report,
     whose ``cost`` (:meth:`~mlm_dynamics.models.cost.CostLedger.record`) includes writing them."""
-    ledger = result.cost if result.cost is not None else CostLedger()
-    with ledger.phase("report and figures"):
-        report = _write_pages(result, out_dir)
-    report["cost"] = ledger.record()
-    write_json(out_dir / "report.json", report)
-    return report
+    return write_billed(out_dir, result.cost, lambda: _write_pages(result, out_dir))
 
 
 def _write_pages(result: CaseStudyResult, out_dir: Path) -> dict[str, Any]:

@@ -11,11 +11,10 @@ from matplotlib.figure import Figure
 
 from ..experiments.config import to_dict
 from ..experiments.sweep import SweepResult
-from ..models.cost import CostLedger
 from ..sampling.grid import START_KINDS
 from . import sweep_figures
 from .html import Section, claims_section, marked_changes, quantile_text, render_html, write_figures
-from .writers import jsonable, write_csv, write_json, write_text
+from .writers import jsonable, write_billed, write_csv, write_text
 
 
 def sweep_report(result: SweepResult) -> dict[str, Any]:
@@ -76,12 +75,7 @@ def sweep_figures_of(result: SweepResult) -> dict[str, Figure]:
 def write_sweep_report(result: SweepResult, out_dir: Path) -> dict[str, Any]:
     """Write every output into ``out_dir``; returns the JSON report, whose ``cost``
     (:meth:`~mlm_dynamics.models.cost.CostLedger.record`) includes writing them."""
-    ledger = result.cost if result.cost is not None else CostLedger()
-    with ledger.phase("report and figures"):
-        report = _write_pages(result, out_dir)
-    report["cost"] = ledger.record()
-    write_json(out_dir / "report.json", report)
-    return report
+    return write_billed(out_dir, result.cost, lambda: _write_pages(result, out_dir))
 
 
 def _write_pages(result: SweepResult, out_dir: Path) -> dict[str, Any]:

@@ -6,11 +6,12 @@ import csv
 import io
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from .._io import atomic_write
+from ..models.cost import CostLedger
 
 
 def jsonable(value: Any) -> Any:
@@ -48,4 +49,16 @@ def write_csv(path: Path, rows: Sequence[Mapping[str, Any]], fieldnames: Sequenc
     write_text(path, buffer.getvalue())
 
 
-__all__ = ["finite", "jsonable", "write_csv", "write_json", "write_text"]
+def write_billed(out_dir: Path, cost: CostLedger | None, pages: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Write a job's report: ``pages()`` writes its files and returns what ``report.json`` holds, charged to the phase
+    ``report and figures`` of ``cost`` (the job's ledger; a new one when there is none); then ``report.json`` with the
+    whole bill under ``cost`` (:meth:`~mlm_dynamics.models.cost.CostLedger.record`). Returns the report."""
+    ledger = cost if cost is not None else CostLedger()
+    with ledger.phase("report and figures"):
+        report = pages()
+    report["cost"] = ledger.record()
+    write_json(out_dir / "report.json", report)
+    return report
+
+
+__all__ = ["finite", "jsonable", "write_billed", "write_csv", "write_json", "write_text"]
