@@ -63,7 +63,8 @@ def survival_at(grid: Tensor, survival: Tensor, t: Tensor) -> Tensor:
 
 def km_quantile(times: Tensor, censored: Tensor, level: float) -> tuple[float, bool]:
     """``(Q(level), False)`` with ``Q(p) = inf{t : S(t) <= 1 - p}`` of the Kaplan-Meier curve, or ``(lower bound,
-    True)`` where ``S`` stays above ``1 - p``: the quantile is then only known to exceed the largest time observed.
+    True)`` where ``S`` stays above ``1 - p``: the sample's quantile then lies beyond the largest time observed (an
+    estimate of a lower bound of the true quantile, which its order-statistic interval covers at its level).
     ``nan`` for no times."""
     if times.numel() == 0:
         return math.nan, True

@@ -25,8 +25,9 @@ _QUANTILE_KEYS = tuple(
         MetricKey(f"meeting_time_{q}", f"Kaplan-Meier {label} steps until a coupled pair (start row, random filling) "
                   "meets; not logged where it lies beyond the censored pairs (then _lower_bound is)",
                   "single-site steps", "when the pairs determine it"),
-        MetricKey(f"meeting_time_{q}_lower_bound", f"the {q} is only known to exceed this (the budget): more pairs "
-                  "than the quantile allows had not met", "single-site steps", f"when the {q} is censored"),
+        MetricKey(f"meeting_time_{q}_lower_bound", f"the estimated {q} lies beyond this (the budget): more pairs than "
+                  "the quantile allows had not met (an estimate of a lower bound; _low is the covered one)",
+                  "single-site steps", f"when the {q} is censored"),
         MetricKey(f"meeting_time_{q}_low", f"lower end of the order-statistic interval of the {q}",
                   "single-site steps"),
         MetricKey(f"meeting_time_{q}_high", "upper end of that interval (not logged where unbounded: the rank lies "

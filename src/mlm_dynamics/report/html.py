@@ -81,12 +81,13 @@ def _number(value: float | None) -> str:
 
 def quantile_text(summary: Mapping[str, Any], key: str) -> str:
     """A censoring-aware quantile from a summary (:meth:`~mlm_dynamics.diagnostics.survival.QuantileEstimate.summary`
-    keys): ``"114 [80, 150] (95.1 %)"``, or ``"> 200 [150, unbounded] (87.5 %)"`` where it is censored; ``"—"``
+    keys): ``"114 [80, 150] (95.1 %)"``, or ``"est. > 200 [150, unbounded] (87.5 %)"`` where it is censored (the
+    sample's median lies beyond the budget: an estimate, not a certainty; the interval says what is covered); ``"—"``
     without it. JSON ``null`` (a missing or unbounded value) reads as unbounded."""
     value, bound = summary.get(key), summary.get(f"{key}_lower_bound")
     if value is None and bound is None:
         return "—"
-    point = f"> {_number(bound)}" if value is None or (isinstance(value, float) and math.isnan(value)) \
+    point = f"est. > {_number(bound)}" if value is None or (isinstance(value, float) and math.isnan(value)) \
         else _number(value)
     confidence = summary.get(f"{key}_confidence")
     if confidence is None or (isinstance(confidence, float) and math.isnan(confidence)):

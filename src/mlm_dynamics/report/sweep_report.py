@@ -132,9 +132,10 @@ def _sections(result: SweepResult, report: dict[str, Any], drawn: dict[str, Figu
               "restricted mean": _interval(c["meeting_time_restricted_mean"], c["meeting_time_restricted_mean_low"],
                                            c["meeting_time_restricted_mean_high"]),
               "change rate": c["change_rate"]} for c in sweep["cells"]]
-    sections.append(Section("Cells", tables=[(f"every cell: Kaplan-Meier quantiles ('> b': beyond the budget, a lower "
-                                              f"bound) with order-statistic intervals and the coverage they achieve; "
-                                              f"restricted mean E min(T, budget) with its >= {confidence} interval",
+    sections.append(Section("Cells", tables=[(f"every cell: Kaplan-Meier quantiles ('est. > b': the estimate lies "
+                                              f"beyond the budget) with order-statistic intervals and the coverage "
+                                              f"they achieve; restricted mean E min(T, budget) with its >= "
+                                              f"{confidence} interval",
                                               cells)]))
     sections.append(Section("Run", tables=[("timings", [report["timings"]]), ("forward rows", [sweep["rows"]]),
                                            ("environment", [report["environment"]])]))
