@@ -42,6 +42,16 @@ def machine_threads(cap: int = 16) -> int:
     return max(1, min(cpus, cap))
 
 
+def job_deadline(budget: float | None, started: float) -> float:
+    """The ``time.perf_counter()`` at which a job given ``budget`` seconds from ``started`` must stop (``inf``
+    without a budget); a ConfigError naming ``--budget`` unless it is a finite number of seconds > 0."""
+    if budget is None:
+        return math.inf
+    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not math.isfinite(budget) or budget <= 0:
+        raise ConfigError(f"--budget must be a number of seconds > 0, got {budget!r}")
+    return started + budget
+
+
 def build_model(spec: ModelConfig) -> tuple[Denoiser, Codec]:
     """The denoiser and its codec (``encode``/``decode``) described by ``spec`` (validated already)."""
     device = check_device("model.device", spec.device)

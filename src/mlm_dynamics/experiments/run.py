@@ -36,7 +36,7 @@ from ..tracking.drift import random_fill_distances, random_fill_scale
 from ..tracking.monitor import ChainMonitor
 from ..tracking.traps import TrapEvent, TrapTracker, trap_statistics
 from .checkpoint import fingerprint, load_checkpoint, restoring, save_checkpoint
-from .common import Codec, build_model, crop_context, provenance, start_tokens, window_sites
+from .common import Codec, build_model, crop_context, job_deadline, provenance, start_tokens, window_sites
 from .config import ConfigError, RunConfig, to_dict
 
 SectionT = TypeVar("SectionT")
@@ -137,10 +137,8 @@ def run_chains(config: RunConfig, out_dir: Path | None = None, *, resume: bool =
     config.validate()
     if resume and out_dir is None:
         raise ValueError("out_dir is required for --resume")
-    if budget is not None and not (isinstance(budget, (int, float)) and math.isfinite(budget) and budget > 0):
-        raise ConfigError(f"--budget must be a number of seconds > 0, got {budget!r}")
     ledger = CostLedger() if ledger is None else ledger
-    deadline = math.inf if budget is None else ledger.started + budget
+    deadline = job_deadline(budget, ledger.started)
     with ledger.phase("model load"):
         denoiser, codec = build_model(config.model)
     tokens = start_tokens(config.chains.sequences, config.chains.num_chains, codec,

@@ -25,7 +25,6 @@ Dobrushin estimate on the same model and context, and the paper's claims checked
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -60,7 +59,7 @@ from ..sampling.grid import (
 )
 from ..tracking.drift import DriftTracker, hamming_fraction, random_fill_distances, random_fill_scale
 from .checkpoint import fingerprint, load_checkpoint, restoring, save_checkpoint
-from .common import build_model, crop_context, provenance, start_tokens
+from .common import build_model, crop_context, job_deadline, provenance, start_tokens
 from .config import TOY_SOURCES, ConfigError, SweepConfig
 
 
@@ -153,11 +152,9 @@ def run_sweep(config: SweepConfig, out_dir: Path | None = None, *, resume: bool 
     :attr:`SweepResult.stopped` says why, so the report of what was measured can still be written (the checkpoint
     stays for ``--resume``)."""
     config.validate()
-    if budget is not None and not (isinstance(budget, (int, float)) and math.isfinite(budget) and budget > 0):
-        raise ConfigError(f"--budget must be a number of seconds > 0, got {budget!r}")
     grid = config.grid
     ledger = CostLedger() if ledger is None else ledger
-    deadline = math.inf if budget is None else ledger.started + budget
+    deadline = job_deadline(budget, ledger.started)
     cell_list = list(cells) if cells is not None else [(t, n) for t in grid.temperatures for n in grid.lengths]
     t0 = time.perf_counter()
     with ledger.phase("model load and setup"):
