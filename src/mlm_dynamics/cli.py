@@ -258,15 +258,20 @@ def _compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _raise_if_interrupted(stopped: str | None, out: Path) -> None:
+    """After a job that Ctrl-C ended has written its report: the interruption, for the one line and exit 130."""
+    if stopped is not None and stopped.startswith("interrupted"):
+        raise RunInterrupted(stopped.removeprefix("interrupted") + f" (report of what was measured: "
+                             f"{out / 'report.json'})")
+
+
 def _run_job(args: argparse.Namespace, config: Any) -> str | None:
     """Run the job, write its report; the printed summary (``None`` on a cluster rank that does not merge)."""
     if args.command == "run":
         result = run_chains(config, args.out, resume=args.resume, budget=args.budget,
                             ledger=CostLedger(args.started))
         report = write_run_report(result, args.out)
-        if result.stopped is not None and result.stopped.startswith("interrupted"):
-            raise RunInterrupted(result.stopped.removeprefix("interrupted") + f" (report of what was measured: "
-                                 f"{args.out / 'report.json'})")
+        _raise_if_interrupted(result.stopped, args.out)
         return f"{run_summary(result)}\n{report['cost']['line']}"
     if args.command == "rectangle-table":
         ledger = CostLedger(args.started)
@@ -297,9 +302,7 @@ def _run_job(args: argparse.Namespace, config: Any) -> str | None:
         swept = run_sweep(config, args.out, resume=args.resume, progress=not args.quiet,
                           ledger=CostLedger(args.started), budget=args.budget)
     report = write_sweep_report(swept, args.out)
-    if swept.stopped is not None and swept.stopped.startswith("interrupted"):
-        raise RunInterrupted(swept.stopped.removeprefix("interrupted") + f" (report of what was measured: "
-                             f"{args.out / 'report.json'})")
+    _raise_if_interrupted(swept.stopped, args.out)
     return f"{sweep_summary(swept)}\n{report['cost']['line']}"
 
 
