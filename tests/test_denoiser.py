@@ -14,7 +14,7 @@ from transformers import (
     RobertaForMaskedLM,
 )
 
-from mlm_dynamics import FullSequenceDenoiser, MaskedLMDenoiser, VocabInfo
+from mlm_dynamics import FullSequenceDenoiser, MaskedLMDenoiser, VocabInfo, load_diffusion_lm
 from mlm_dynamics.models import EXAMPLE_ANTIBODIES, ResidueCodec
 
 SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, vocab_size=60)
@@ -329,11 +329,11 @@ def test_remote_code_diffusion_lm_runs_only_when_trusted(tmp_path):
     backend.pre_tokenizer = pre_tokenizers.Whitespace()
     PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="[PAD]", mask_token="[MASK]").save_pretrained(tmp_path)
     with pytest.raises(ValueError, match="trust_remote_code=True"):
-        FullSequenceDenoiser.from_pretrained_diffusion(str(tmp_path))
+        load_diffusion_lm(str(tmp_path))
     with pytest.raises(ValueError, match="neither a known masked-diffusion family"):  # never guessed
-        FullSequenceDenoiser.from_pretrained_diffusion(str(tmp_path), trust_remote_code=True)
-    denoiser, tokenizer = FullSequenceDenoiser.from_pretrained_diffusion(str(tmp_path), trust_remote_code=True,
-                                                                         family="llada")  # its conventions, named
+        load_diffusion_lm(str(tmp_path), trust_remote_code=True)
+    denoiser, tokenizer = load_diffusion_lm(str(tmp_path), trust_remote_code=True,
+                                            family="llada")  # its conventions, named
     assert denoiser.vocab.mask_id == 1 and 1 in denoiser.vocab.forbidden_ids
     tokens = torch.tensor([tokenizer("a b c d e")["input_ids"]])
     logits = denoiser.conditional_logits(tokens, torch.tensor([[2]]))

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from family_models import build
-from mlm_dynamics import FullSequenceDenoiser, GlauberSampler, VocabInfo, sample_rectangles
+from mlm_dynamics import FullSequenceDenoiser, GlauberSampler, VocabInfo, load_diffusion_lm, sample_rectangles
 from mlm_dynamics.diagnostics.meeting import meeting_times
 from mlm_dynamics.models.families import FAMILIES, denoiser_for
 from mlm_dynamics.models.full_sequence import loglinear_sigma
@@ -34,7 +34,7 @@ def attach(family, directories):
     if family == "sedd":
         model = build.sedd()
         return denoiser_for(model), model
-    denoiser, _ = FullSequenceDenoiser.from_pretrained_diffusion(str(directories[family]), trust_remote_code=True)
+    denoiser, _ = load_diffusion_lm(str(directories[family]), trust_remote_code=True)
     return denoiser, denoiser.model
 
 
@@ -192,7 +192,7 @@ def test_models_of_no_known_family_are_refused_with_the_options(tmp_path):
 
     GPT2LMHeadModel(GPT2Config(vocab_size=20, n_embd=8, n_layer=1, n_head=2)).save_pretrained(tmp_path)
     with pytest.raises(ValueError, match="known diffusion families: llada"):
-        FullSequenceDenoiser.from_pretrained_diffusion(str(tmp_path))
+        load_diffusion_lm(str(tmp_path))
     with pytest.raises(ValueError, match="neither a known masked-diffusion family nor a masked LM"):
         denoiser_for(torch.nn.Linear(2, 2))
     with pytest.raises(ValueError, match="family must be one of"):
@@ -205,7 +205,7 @@ def test_models_of_no_known_family_are_refused_with_the_options(tmp_path):
 
 def test_remote_code_needs_consent_and_time_conditioning_is_explicit(directories):
     with pytest.raises(ValueError, match="trust_remote_code=True"):
-        FullSequenceDenoiser.from_pretrained_diffusion(str(directories["llada"]))
+        load_diffusion_lm(str(directories["llada"]))
     with pytest.raises(TypeError, match="time_conditioning"):
         FullSequenceDenoiser.masked_diffusion(torch.nn.Identity(), VocabInfo(size=4, mask_id=3))  # type: ignore
 
@@ -251,3 +251,16 @@ def test_the_monitor_refuses_what_does_not_fit_and_never_loses_the_output(direct
     with pytest.warns(RuntimeWarning, match="run returned 2 rows where the model saw 4"):
         trace = monitor_sampler(llada, lambda: guided(prompt.clone()))
     assert trace.output.shape == (2, 8) and trace.steps == 4
+
+
+def test_a_named_family_that_is_not_the_models_is_refused_naming_both(directories):
+    """A Dream model read as LLaDA would lose its logit shift, LLaDA read as SEDD its mask id: refused before any
+    forward, naming both families; a model of a new kind may still follow a named family (test_denoiser)."""
+    with pytest.raises(ValueError, match="'llada' was named, but the model is a dream model"):
+        load_diffusion_lm(str(directories["dream"]), trust_remote_code=True, family="llada")
+    llada = attach("llada", directories)[1]
+    with pytest.raises(ValueError, match="'sedd' was named, but the model is a llada model"):
+        denoiser_for(llada, family="sedd")
+    with pytest.raises(ValueError, match="'llada' was named, but the model is a sedd model"):
+        denoiser_for(build.sedd(), family="llada")
+    assert denoiser_for(llada, family="llada").family == "llada"

@@ -15,7 +15,7 @@ import mlm_dynamics
 PUBLIC = {
     # denoisers and loaders
     "Denoiser", "VocabInfo", "MaskedLMDenoiser", "TextCodec", "FullSequenceDenoiser", "PairwiseMRFDenoiser",
-    "ResidueCodec", "load_antiberty", "load_english_mlm", "denoiser_for", "CostLedger",
+    "ResidueCodec", "load_antiberty", "load_english_mlm", "denoiser_for", "load_diffusion_lm", "CostLedger",
     # samplers and randomness
     "GlauberSampler", "CoupledGlauberChains", "ReplicaExchange", "GlauberCorrector", "Randomness", "as_generator",
     "BlockSchedule",

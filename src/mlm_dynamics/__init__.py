@@ -21,7 +21,7 @@ _EXPORTS: dict[str, str] = {
     "Denoiser": "models.base", "VocabInfo": "models.base",
     "MaskedLMDenoiser": "models.huggingface", "TextCodec": "models.huggingface",
     "FullSequenceDenoiser": "models.full_sequence", "PairwiseMRFDenoiser": "models.toy",
-    "denoiser_for": "models.families", "CostLedger": "models.cost",
+    "denoiser_for": "models.families", "load_diffusion_lm": "models.families", "CostLedger": "models.cost",
     "ResidueCodec": "models.pretrained", "load_antiberty": "models.pretrained",
     "load_english_mlm": "models.pretrained",
     # samplers and randomness
@@ -116,6 +116,7 @@ __all__ = [
     "lagged_meeting_times",
     "load_antiberty",
     "load_config",
+    "load_diffusion_lm",
     "load_english_mlm",
     "local_margins",
     "meeting_times",
@@ -172,7 +173,7 @@ if TYPE_CHECKING:  # the same names, for type checkers and IDEs
         RectanglePrevalence,
     )
     from .models.base import Denoiser, VocabInfo
-    from .models.families import denoiser_for
+    from .models.families import denoiser_for, load_diffusion_lm
     from .models.full_sequence import FullSequenceDenoiser
     from .models.huggingface import MaskedLMDenoiser, TextCodec
     from .models.pretrained import ResidueCodec, load_antiberty, load_english_mlm

@@ -17,9 +17,10 @@ A family is recognised from its model (``config.model_type``, ``config.architect
   far) and the **block size** of block-diffusion models (:class:`~mlm_dynamics.sampling.blocks.BlockSchedule`);
 - the transformers versions the family's published remote code is known to load with.
 
-:func:`denoiser_for` builds the right adapter for a model object; :func:`load_diffusion_lm` (behind
-``FullSequenceDenoiser.from_pretrained_diffusion``) loads a model directory or hub name and does the same. A model of
-no known family that is not a Hugging Face masked LM is refused with the options named, never guessed.
+:func:`denoiser_for` builds the right adapter for a model object; :func:`load_diffusion_lm`
+(``mlm_dynamics.load_diffusion_lm``) loads a model directory or hub name and does the same. A model of no known family
+that is not a Hugging Face masked LM is refused with the options named, never guessed. Imports run one way: this
+registry builds on :mod:`.full_sequence`, which knows no family.
 """
 
 from __future__ import annotations
@@ -204,6 +205,23 @@ def special_ids(family: Family, tokenizer: Any, size: int, mask_id: int) -> tupl
     return forbidden, frame
 
 
+def check_named_family(named: Family | None, detected: Family | None, model: Any) -> None:
+    """A ValueError naming both when a family is named for a model that is recognisably another one (a Dream model
+    read as LLaDA would lose its one-position logit shift; LLaDA read as SEDD would get the wrong mask id and a noise
+    level it never takes), or a Hugging Face masked LM: a named family is for models of a new kind only."""
+    if named is None:
+        return
+    config = getattr(model, "config", model)
+    what = f"{type(model).__name__} (model_type {getattr(config, 'model_type', None)!r})"
+    if detected is not None and detected is not named:
+        raise ValueError(f"family: {named.name!r} was named, but the model is a {detected.name} model ({what}); "
+                         f"its conventions differ (mask id, logit shift, padding, noise level), so its conditionals "
+                         f"would be silently off; leave family= out or name {detected.name!r}")
+    if detected is None and is_masked_lm(model):
+        raise ValueError(f"family: {named.name!r} was named, but the model is a Hugging Face masked LM ({what}), "
+                         "read exactly by MaskedLMDenoiser; leave family= out")
+
+
 def denoiser_for(model: Any, tokenizer: Any = None, *, family: str | None = None, mask_id: int | None = None,
                  time_conditioning: bool | None = None) -> Denoiser:
     """The exact adapter for ``model``: :class:`~.huggingface.MaskedLMDenoiser` for a Hugging Face masked LM, else
@@ -231,9 +249,11 @@ def denoiser_for(model: Any, tokenizer: Any = None, *, family: str | None = None
     """
     from .huggingface import MaskedLMDenoiser
 
-    chosen = FAMILIES.get(family) if family is not None else detect_family(model)
+    detected = detect_family(model)
+    chosen = FAMILIES.get(family) if family is not None else detected
     if family is not None and chosen is None:
         raise ValueError(f"family must be one of {sorted(FAMILIES)}, got {family!r}")
+    check_named_family(chosen if family is not None else None, detected, model)
     if chosen is None:
         if is_masked_lm(model):
             return MaskedLMDenoiser(model, tokenizer=tokenizer, mask_id=mask_id)
@@ -265,7 +285,8 @@ def load_diffusion_lm(name_or_path: str, *, trust_remote_code: bool = False, fam
     ``AutoModel`` (``AutoModelForMaskedLM``) and :func:`denoiser_for` wraps it; the tokenizer is ``None`` where there
     is none. Every failure is one error naming the model: remote code without ``trust_remote_code=True``, a config of
     no known family, or a family's published code failing under this transformers (with the versions it is known to
-    load with)."""
+    load with). The model is new and put in eval mode; to measure a model being trained, wrap that model with
+    :func:`denoiser_for`."""
     import transformers
     from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
@@ -281,7 +302,9 @@ def load_diffusion_lm(name_or_path: str, *, trust_remote_code: bool = False, fam
         raise ValueError(f"model {name_or_path!r}: its config.json cannot be used here ({error})") from None
     if family is not None and family not in FAMILIES:
         raise ValueError(f"family must be one of {sorted(FAMILIES)}, got {family!r}")
-    chosen = FAMILIES[family] if family is not None else detect_family(config)
+    detected = detect_family(config)
+    chosen = FAMILIES[family] if family is not None else detected
+    check_named_family(chosen if family is not None else None, detected, config)
     if chosen is None and not is_masked_lm(config):
         raise ValueError(f"model {name_or_path!r} (model_type {getattr(config, 'model_type', None)!r}) is neither a "
                          f"known masked-diffusion family nor a masked LM; {options_text()}")
@@ -303,6 +326,6 @@ def load_diffusion_lm(name_or_path: str, *, trust_remote_code: bool = False, fam
     return denoiser.to(device), tokenizer
 
 
-__all__ = ["FAMILIES", "Family", "attention_format", "denoiser_for", "detect_family", "family_mask_id",
+__all__ = ["FAMILIES", "Family", "attention_format", "check_named_family", "denoiser_for", "detect_family", "family_mask_id",
            "is_masked_lm", "load_diffusion_lm", "options_text", "special_ids", "time_condition_of",
            "vocabulary_size"]

@@ -11,7 +11,8 @@ Models that predict token ``i`` from the hidden state at ``i - 1`` (Dream, adapt
 take ``logit_shift=1``: the conditional of position ``i`` is read at ``i - 1``, and position 0 has none (it is never a
 site). Padding reaches the model through ``attention(mask) -> kwargs``, which formats a per-row bool mask
 ``[B, L]`` (or ``None``) the way the model takes it. The families people run have all of this set for them:
-:func:`~mlm_dynamics.models.families.denoiser_for` and :meth:`FullSequenceDenoiser.from_pretrained_diffusion`.
+:func:`~mlm_dynamics.models.families.denoiser_for` and :func:`~mlm_dynamics.models.families.load_diffusion_lm`
+(which import this module; this module imports no family).
 
 Time or noise conditioning: ``condition(masked_tokens, positions) -> kwargs`` adds keyword arguments to each call.
 The Glauber convention (:func:`masked_fraction`) is ``t = K / L``, the fraction of positions masked in the call
@@ -117,7 +118,7 @@ class FullSequenceDenoiser(Denoiser):
         (2, 1, 5)
 
         An MDLM-style backbone ``forward(x, sigma)``: ``FullSequenceDenoiser.masked_diffusion(backbone, vocab,
-        time_conditioning=False)`` (as it was trained); a published family: ``from_pretrained_diffusion(path)``.
+        time_conditioning=False)`` (as it was trained); a published family: ``mlm_dynamics.load_diffusion_lm(path)``.
     """
 
     model: nn.Module
@@ -186,23 +187,6 @@ class FullSequenceDenoiser(Denoiser):
                              f"conditioning (MDLM's default is False), got {time_conditioning!r}")
         condition = time_condition(time_argument, schedule) if time_conditioning else zero_time(time_argument)
         return cls(backbone, vocab, condition=condition)
-
-    @classmethod
-    def from_pretrained_diffusion(cls, name_or_path: str, *, trust_remote_code: bool = False,
-                                  family: str | None = None, mask_id: int | None = None,
-                                  time_conditioning: bool | None = None,
-                                  device: str | torch.device = "cpu",
-                                  dtype: torch.dtype = torch.float32) -> tuple[Denoiser, Any]:
-        """``(denoiser, tokenizer)`` of a diffusion LM (or masked LM) from a model directory or hub name: the family
-        is read from its config (:mod:`~mlm_dynamics.models.families`; ``family`` names one for a new kind of model
-        that follows its conventions) and its adapter set up exactly; the tokenizer is ``None`` where the directory
-        has none. Code shipped with the model runs only with
-        ``trust_remote_code=True``. The model is new and put in eval mode (to measure a model being trained, wrap
-        that model with :func:`~mlm_dynamics.models.families.denoiser_for`)."""
-        from .families import load_diffusion_lm
-
-        return load_diffusion_lm(name_or_path, trust_remote_code=trust_remote_code, family=family, mask_id=mask_id,
-                                 time_conditioning=time_conditioning, device=device, dtype=dtype)
 
 
 __all__ = ["Condition", "FullSequenceDenoiser", "loglinear_sigma", "masked_fraction", "time_condition",
