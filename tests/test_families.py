@@ -11,6 +11,7 @@ import torch
 from family_models import build
 from mlm_dynamics import FullSequenceDenoiser, GlauberSampler, VocabInfo, load_diffusion_lm, sample_rectangles
 from mlm_dynamics.diagnostics.meeting import meeting_times
+from mlm_dynamics.diagnostics.parallel import parallel_commit_error
 from mlm_dynamics.models.families import FAMILIES, denoiser_for
 from mlm_dynamics.models.full_sequence import loglinear_sigma
 from mlm_dynamics.models.huggingface import dtype_argument
@@ -264,3 +265,47 @@ def test_a_named_family_that_is_not_the_models_is_refused_naming_both(directorie
     with pytest.raises(ValueError, match="'llada' was named, but the model is a sedd model"):
         denoiser_for(build.sedd(), family="llada")
     assert denoiser_for(llada, family="llada").family == "llada"
+
+
+def test_the_monitor_measures_each_steps_parallel_commit_on_llada_and_dream(directories):
+    """LLaDA's and Dream's own generate, unmodified, commit two positions per row per step; with parallel=True the
+    monitor measures each step's committed sets: the same error as parallel_commit_error on the states the sampler
+    passes through (captured by the test's own hook in a bare run with the same seed), exact at K = 2, with the
+    certificate beside it."""
+    samplers = build.samplers()
+    prompt, prompt_mask = batch(True)
+    for family in ("llada", "dream"):
+        model = attach(family, directories)[1]
+        if family == "llada":
+            def run():
+                return samplers.llada_generate(model, prompt, attention_mask=prompt_mask.long(), gen_length=8,
+                                               block_length=8, steps=4, mask_id=build.MASK_ID,
+                                               generator=torch.Generator().manual_seed(0))
+        else:
+            def run():
+                return model.diffusion_generate(prompt, attention_mask=prompt_mask.long(), max_new_tokens=8, steps=4,
+                                                generator=torch.Generator().manual_seed(0))
+        states = []
+        handle = model.register_forward_pre_hook(lambda module, args: states.append(args[0].clone()))
+        try:
+            final = run()
+        finally:
+            handle.remove()
+        trace = monitor_sampler(model, run, parallel=True)
+        assert torch.equal(trace.final, final)  # the measurement does not touch the sampler's randomness
+        assert trace.steps == 4 and len(trace.parallel) == 4 and trace.parallel_problem is None
+        denoiser = denoiser_for(model)
+        mask = torch.cat([prompt_mask, torch.ones(3, 8, dtype=torch.bool)], 1)
+        for t, step in enumerate(trace.parallel):
+            after = states[t + 1] if t + 1 < len(states) else final
+            committed = (states[t] == build.MASK_ID) & (after != build.MASK_ID)
+            assert committed.sum(1).tolist() == [2, 2, 2] and step["k"] == 2 and step["exact"] == 1
+            positions = committed.nonzero()[:, 1].view(3, 2)
+            expected = parallel_commit_error(denoiser, states[t], positions, orders=0, order="confidence",
+                                             attention_mask=mask)
+            assert step["tv"] == pytest.approx(float(expected.tv.mean()), abs=1e-9)
+            assert step["certificate"] == pytest.approx(float(expected.certificate.mean()), abs=1e-9)
+            assert 0 <= step["first_order"] <= 1
+        summary = trace.summary()
+        assert summary["parallel_k_mean"] == 2 and 0 < summary["parallel_tv_max"] <= 1
+        assert summary["parallel_seconds"] > 0

@@ -12,14 +12,25 @@ observed, also when it falls between observation steps. A sequence that grows (s
 appends blocks) is compared on its common prefix, and a :class:`~.monitor.ChainMonitor` restarts a phase at each new
 width (``width{L}``).
 
+With ``parallel=True`` each step's committed set is also measured against the model itself
+(:func:`~mlm_dynamics.diagnostics.parallel.parallel_commit_error`): per row, the error of committing those positions
+at once against committing them one at a time, most confident first (exact where the tree is small, else
+``parallel_samples`` draws with an interval), the influence estimate of the set and its Frechet-Hoeffding
+certificate, through the model's exact adapter (:func:`~mlm_dynamics.models.families.denoiser_for`, or the
+``denoiser`` given).
+
 The mask id and the logit shift (Dream's logits at ``i - 1`` predict token ``i``) come from the model's family
-(:mod:`~mlm_dynamics.models.families`) unless given. Cost: nothing beyond the sampler's own forwards and, at the
-monitor's observation steps, its embedder; memory: one step's logits at the masked positions.
+(:mod:`~mlm_dynamics.models.families`) unless given. Cost: without ``parallel``, nothing beyond the sampler's own
+forwards and, at the monitor's observation steps, its embedder; memory: one step's logits at the masked positions.
+With ``parallel``, per step and row committing ``K >= 2`` positions, the forward rows of
+:func:`~mlm_dynamics.diagnostics.parallel.parallel_commit_error` and ``1 + K top_m`` more (Monte Carlo: about
+``1 + parallel_samples (K - 1)``); the seconds they took are in :attr:`SamplerTrace.parallel_seconds`.
 """
 
 from __future__ import annotations
 
 import math
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,7 +40,9 @@ import torch
 from torch import Tensor, nn
 
 from ..diagnostics.decoding import TEMPERATURE_GRID, effective_temperature_from, surprisal_statistics
-from ..models.families import detect_family, family_mask_id
+from ..diagnostics.parallel import first_order_error, parallel_commit_error
+from ..models.base import Denoiser
+from ..models.families import denoiser_for, detect_family, family_mask_id
 from .monitor import ChainMonitor
 
 
@@ -50,6 +63,13 @@ class SamplerTrace:
         output: ``run()``'s return value as it was.
         problem: why the watch stopped early or saw nothing (warned once as well), ``None`` when it watched every
             step; the sampler's output is kept either way.
+        parallel: with ``parallel=True``, per step: ``k`` (mean committed per row), ``k_max``, ``tv`` (mean over rows
+            of the error of committing the row's set at once; 0 for a single position), ``tv_low``/``tv_high`` (its
+            interval, means), ``tv_max``, ``first_order`` (influence estimate, mean), ``certificate`` (mean
+            Frechet-Hoeffding certificate), ``violated`` (fraction of rows whose error exceeds it for sure) and
+            ``exact`` (1 when every set was enumerated).
+        parallel_seconds: the time the parallel measurement took (the sampler's own time excluded).
+        parallel_problem: why the parallel measurement stopped (warned once), ``None`` when it ran at every step.
     """
 
     steps: int = 0
@@ -62,14 +82,32 @@ class SamplerTrace:
     metrics: list[dict[str, float]] = field(default_factory=list)
     output: Any = None
     problem: str | None = None
+    parallel: list[dict[str, float]] = field(default_factory=list)
+    parallel_seconds: float = 0.0
+    parallel_problem: str | None = None
 
     def summary(self) -> dict[str, float]:
         """``steps``, ``committed``, ``overwritten`` (totals), ``overwrite_fraction`` (of commits), the final width and
-        the effective temperature."""
+        the effective temperature; with ``parallel``: ``parallel_k_mean``, ``parallel_k_max``, ``parallel_tv_mean``
+        (over steps), ``parallel_tv_max``, ``parallel_tv_high_max``, ``parallel_first_order_max``,
+        ``parallel_certificate_violated`` (mean over steps of the fraction of rows) and ``parallel_seconds``."""
         committed, overwritten = sum(self.committed), sum(self.overwritten)
-        return {"steps": float(self.steps), "committed": float(committed), "overwritten": float(overwritten),
-                "overwrite_fraction": overwritten / committed if committed else math.nan,
-                "final_width": float(self.widths[-1]) if self.widths else math.nan, **self.effective}
+        out = {"steps": float(self.steps), "committed": float(committed), "overwritten": float(overwritten),
+               "overwrite_fraction": overwritten / committed if committed else math.nan,
+               "final_width": float(self.widths[-1]) if self.widths else math.nan, **self.effective}
+        if self.parallel:
+            def column(key: str) -> torch.Tensor:
+                return torch.tensor([step[key] for step in self.parallel], dtype=torch.float64)
+
+            out.update({"parallel_k_mean": float(column("k").mean()),
+                        "parallel_k_max": float(column("k_max").max()),
+                        "parallel_tv_mean": float(column("tv").mean()),
+                        "parallel_tv_max": float(column("tv_max").max()),
+                        "parallel_tv_high_max": float(column("tv_high").max()),
+                        "parallel_first_order_max": float(column("first_order").max()),
+                        "parallel_certificate_violated": float(column("violated").mean()),
+                        "parallel_seconds": self.parallel_seconds})
+        return out
 
 
 def _tokens_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Tensor | None:
@@ -97,6 +135,55 @@ def _final_tokens(output: Any) -> Tensor:
                      "[B, L] (a tensor, a tuple starting with one, or an output with .sequences)")
 
 
+def _row_mask(args: tuple[Any, ...], kwargs: dict[str, Any], tokens: Tensor) -> Tensor | None:
+    """The rows' padding as a bool ``[B, L]`` from what the sampler passed: a 2-D ``attention_mask`` (LLaDA) or the
+    diagonal of a 4-D boolean mask (Dream, as keyword or second argument); ``None`` when there is none."""
+    for value in (kwargs.get("attention_mask"), args[1] if len(args) > 1 else None):
+        if isinstance(value, Tensor) and value.dim() == 2 and tuple(value.shape) == tuple(tokens.shape):
+            return value.bool()
+        if isinstance(value, Tensor) and value.dim() == 4 and value.dtype == torch.bool:
+            return value[:, 0].diagonal(dim1=-2, dim2=-1)
+    return None
+
+
+class _Parallel:
+    """The per-step parallel measurement (``monitor_sampler(parallel=True)``)."""
+
+    def __init__(self, denoiser: Denoiser, temperature: float, samples: int, top_m: int) -> None:
+        self.denoiser, self.temperature, self.samples, self.top_m = denoiser, temperature, samples, top_m
+        self.generator = torch.Generator(device=denoiser.device).manual_seed(0)
+
+    def measure(self, before: Tensor, committed: Tensor, mask: Tensor | None) -> dict[str, float]:
+        """Per row of ``before [B, L]`` the set ``committed [B, L]``: the means of :attr:`SamplerTrace.parallel`."""
+        device = self.denoiser.device
+        counts = committed.sum(1)
+        zeros = torch.zeros(len(counts), dtype=torch.float64)
+        tv, low, high, first, certificate = zeros.clone(), zeros.clone(), zeros.clone(), zeros.clone(), zeros.clone()
+        exact = True
+        for k in sorted(set(counts.tolist()) - {0, 1}):
+            rows = (counts == k).nonzero().squeeze(1)
+            positions = committed[rows].nonzero()[:, 1].view(len(rows), k).to(device)
+            tokens = before[rows].to(device)
+            row_mask = None if mask is None else mask[rows].to(device)
+            error = parallel_commit_error(self.denoiser, tokens, positions, temperature=self.temperature, orders=0,
+                                          samples=self.samples, order="confidence", generator=self.generator,
+                                          attention_mask=row_mask)
+            estimate = first_order_error(self.denoiser, tokens, error.positions, temperature=self.temperature,
+                                         top_m=self.top_m, attention_mask=row_mask)
+            tv[rows], low[rows], high[rows] = error.tv.cpu(), error.tv_low.cpu(), error.tv_high.cpu()
+            first[rows], certificate[rows] = estimate.estimate.cpu(), error.certificate.cpu()
+            exact &= error.exact
+        single = counts == 1  # one position: no error; its certificate is 1 - c, not needed
+        certificate[single] = math.nan
+        measured = counts >= 2
+        return {"k": float(counts.double().mean()), "k_max": float(counts.max()), "tv": float(tv.mean()),
+                "tv_low": float(low.mean()), "tv_high": float(high.mean()), "tv_max": float(tv.max()),
+                "first_order": float(first.mean()),
+                "certificate": float(certificate[measured].mean()) if bool(measured.any()) else math.nan,
+                "violated": float((low[measured] > certificate[measured] + 1e-12).double().mean())
+                if bool(measured.any()) else 0.0, "exact": float(exact)}
+
+
 def _vocab_size(model: nn.Module) -> int | None:
     """The model's vocabulary size where it says (``config.vocab_size``, an embedding's rows), else ``None``."""
     size = getattr(getattr(model, "config", None), "vocab_size", None)
@@ -110,8 +197,11 @@ def _vocab_size(model: nn.Module) -> int | None:
 class _Watcher:
     """The hooks' state: the previous step's tokens and logits, and the running sums."""
 
-    def __init__(self, mask_id: int, shift: int, temperature: float, monitor: ChainMonitor | None) -> None:
+    def __init__(self, mask_id: int, shift: int, temperature: float, monitor: ChainMonitor | None,
+                 parallel: _Parallel | None = None) -> None:
         self.mask_id, self.shift, self.temperature, self.monitor = mask_id, shift, temperature, monitor
+        self.parallel = parallel
+        self.row_mask: Tensor | None = None  # the padding of the step being accounted (for the parallel measure)
         self.depth, self.busy = 0, False
         self.trace = SamplerTrace()
         self.previous: tuple[Tensor, Tensor] | None = None  # tokens, logits at their masked positions ([N, V])
@@ -143,7 +233,9 @@ class _Watcher:
         logits = logits.detach()
         if self.shift:  # position i is predicted at i - shift
             logits = torch.cat([logits[:, : self.shift], logits[:, : -self.shift]], dim=1)
+        mask = _row_mask(args, kwargs, tokens)
         self.step(tokens.detach(), logits)
+        self.row_mask = None if mask is None else mask.detach().cpu()
 
     def step(self, tokens: Tensor, logits: Tensor | None) -> None:
         """Account the transition from the previous step to ``tokens``; keep ``tokens`` and its masked logits."""
@@ -177,8 +269,28 @@ class _Watcher:
             self.total, self.squares = self.total + total, self.squares + squares
             self.expected = self.expected + expected
             self.count += int(committed.sum())
+        if self.parallel is not None:
+            self._measure_parallel(before[:, :width], committed)
         if after.shape[1] != before.shape[1] and self.monitor is not None:
             self._restart(after)
+
+    def _measure_parallel(self, before: Tensor, committed: Tensor) -> None:
+        """The error of the step's committed sets; a failure stops this measurement only (warned once)."""
+        assert self.parallel is not None
+        self.busy = True
+        started = time.perf_counter()
+        mask = self.row_mask if self.row_mask is None or self.row_mask.shape == before.shape else None
+        try:
+            with torch.no_grad():
+                self.trace.parallel.append(self.parallel.measure(before, committed, mask))
+        except (ValueError, RuntimeError) as error:
+            self.trace.parallel_problem = (f"the parallel measurement stopped at step {self.trace.steps}: {error}; "
+                                           "the sampler and the rest of the watch ran on")
+            warnings.warn(f"monitor_sampler: {self.trace.parallel_problem}", RuntimeWarning, stacklevel=2)
+            self.parallel = None
+        finally:
+            self.trace.parallel_seconds += time.perf_counter() - started
+            self.busy = False
 
     def _restart(self, tokens: Tensor) -> None:
         assert self.monitor is not None
@@ -225,9 +337,13 @@ class _Watcher:
 
 def monitor_sampler(model: nn.Module, run: Callable[[], Any], monitor: ChainMonitor | None = None, *,
                     mask_id: int | None = None, logit_shift: int | None = None,
-                    temperature: float = 1.0) -> SamplerTrace:
+                    temperature: float = 1.0, parallel: bool = False, parallel_samples: int = 64,
+                    top_m: int = 8, denoiser: Denoiser | None = None) -> SamplerTrace:
     """Run ``run()`` (a sampler calling ``model``, unmodified) and watch each of its denoising steps; see the module
-    docstring. ``temperature``: the temperature the sampler draws at (the reference of the effective temperature).
+    docstring. ``temperature``: the temperature the sampler draws at (the reference of the effective temperature and
+    of the parallel measurement). ``parallel``: measure each step's committed sets (``parallel_samples`` Monte Carlo
+    draws where the tree is large, ``top_m`` values per position for the influence estimate) through ``denoiser``
+    (default: the model's exact adapter, :func:`~mlm_dynamics.models.families.denoiser_for`).
 
     Examples:
         A toy loop that reveals one position per step with a greedy pick (a cooled sampler: effective temperature
@@ -261,7 +377,20 @@ def monitor_sampler(model: nn.Module, run: Callable[[], Any], monitor: ChainMoni
                              "unknown; pass mask_id=")
         mask_id = family_mask_id(family, model)
     shift = logit_shift if logit_shift is not None else (family.logit_shift if family is not None else 0)
-    watcher = _Watcher(mask_id, shift, temperature, monitor)
+    measure = None
+    if parallel:
+        if isinstance(parallel_samples, bool) or not isinstance(parallel_samples, int) or parallel_samples < 2:
+            raise ValueError(f"parallel_samples must be an integer >= 2, got {parallel_samples!r}")
+        if denoiser is None:
+            try:
+                denoiser = denoiser_for(model)
+            except ValueError as error:
+                raise ValueError(f"denoiser: parallel=True reads the model's conditionals, and {error}; pass "
+                                 "denoiser=") from None
+        if denoiser.vocab.mask_id != mask_id:
+            raise ValueError(f"denoiser: its mask id {denoiser.vocab.mask_id} is not the sampler's {mask_id}")
+        measure = _Parallel(denoiser, temperature, parallel_samples, top_m)
+    watcher = _Watcher(mask_id, shift, temperature, monitor, measure)
     handles = [model.register_forward_pre_hook(watcher.before, with_kwargs=True),
                model.register_forward_hook(watcher.after, with_kwargs=True)]
     try:
