@@ -8,7 +8,14 @@ from torch.utils.data import DataLoader
 
 from helpers import potts_corpus
 from mlm_dynamics import GlauberSampler, PairwiseMRFDenoiser, as_generator
-from mlm_dynamics.callbacks import InfluenceProbe, MixingDiagnostics, RectangleTest, SemanticDrift, TrapDetector
+from mlm_dynamics.callbacks import (
+    InfluenceProbe,
+    MixingDiagnostics,
+    ParallelDecoding,
+    RectangleTest,
+    SemanticDrift,
+    TrapDetector,
+)
 from mlm_dynamics.diagnostics.meeting import meeting_times_of
 from mlm_dynamics.sampling.coupling import CoupledGlauberChains, randomize_sites
 from mlm_dynamics.training import MaskedDenoiserModule, tiny_bert_denoiser
@@ -30,7 +37,8 @@ def callbacks():
             InfluenceProbe(temperatures=(1.0, 4.0), max_sites=4, **common),
             SemanticDrift(steps_per_run=8, every=4, **common),
             TrapDetector(steps_per_run=8, every=4, dwell=4, radius=0.5, with_margins=True,
-                         topic_anchors={"anchor": torch.randn(32)}, **common)]
+                         topic_anchors={"anchor": torch.randn(32)}, **common),
+            ParallelDecoding(window=3, samples=8, top_m=2, **common)]
 
 
 def fit(tmp_path, max_steps, ckpt_path=None, cbs=None):
@@ -54,7 +62,8 @@ def test_fit_logs_finite_diagnostics_to_every_logger(tmp_path):
     expected = ["mixing/{}/meeting_time_median_low", "mixing/{}/censored_fraction", "mixing/{}/lagged/tv_bound_t0",
                 "rectangle/{}/prevalence", "rectangle/{}/abs_r_median", "influence/{}/dobrushin_tau1",
                 "influence/{}/tau_star_sensitivity", "drift/{}/drift_mean", "drift/{}/hamming_to_start",
-                "traps/{}/trap_rate", "traps/{}/margin_mean", "traps/{}/topic/anchor"]
+                "traps/{}/trap_rate", "traps/{}/margin_mean", "traps/{}/topic/anchor", "parallel/{}/tv_k3",
+                "parallel/{}/tv_high_k3", "parallel/{}/threshold0.9/violated", "parallel/{}/k_for_tv0.05"]
     for key in expected:
         for stage in ("train", "val"):  # distinct keys per stage
             assert key.format(stage) in metrics, key.format(stage)
@@ -66,7 +75,7 @@ def test_fit_logs_finite_diagnostics_to_every_logger(tmp_path):
         assert "@" not in key, key
     assert 0 <= float(metrics["mixing/val/censored_fraction"]) <= 1
     assert 0 <= float(metrics["rectangle/val/prevalence"]) <= 1  # a near-uniform fresh BERT has |R| ~ 0
-    assert [cb.runs for cb in cbs] == [3] * 5  # steps 2 and 4, validation at step 4; never in the sanity check
+    assert [cb.runs for cb in cbs] == [3] * 6  # steps 2 and 4, validation at step 4; never in the sanity check
     assert module.training
     csv_header = (tmp_path / "csv" / "version_0" / "metrics.csv").read_text().splitlines()[0]
     assert "rectangle/train/prevalence" in csv_header and "traps/val/trap_rate" in csv_header

@@ -274,19 +274,19 @@ def test_the_monitor_measures_each_steps_parallel_commit_on_llada_and_dream(dire
     certificate beside it."""
     samplers = build.samplers()
     prompt, prompt_mask = batch(True)
+    def sampler(family, model):
+        if family == "llada":
+            return lambda: samplers.llada_generate(model, prompt, attention_mask=prompt_mask.long(), gen_length=8,
+                                                   block_length=8, steps=4, mask_id=build.MASK_ID,
+                                                   generator=torch.Generator().manual_seed(0))
+        return lambda: model.diffusion_generate(prompt, attention_mask=prompt_mask.long(), max_new_tokens=8, steps=4,
+                                                generator=torch.Generator().manual_seed(0))
+
     for family in ("llada", "dream"):
         model = attach(family, directories)[1]
-        if family == "llada":
-            def run():
-                return samplers.llada_generate(model, prompt, attention_mask=prompt_mask.long(), gen_length=8,
-                                               block_length=8, steps=4, mask_id=build.MASK_ID,
-                                               generator=torch.Generator().manual_seed(0))
-        else:
-            def run():
-                return model.diffusion_generate(prompt, attention_mask=prompt_mask.long(), max_new_tokens=8, steps=4,
-                                                generator=torch.Generator().manual_seed(0))
+        run = sampler(family, model)
         states = []
-        handle = model.register_forward_pre_hook(lambda module, args: states.append(args[0].clone()))
+        handle = model.register_forward_pre_hook(lambda module, args, seen=states: seen.append(args[0].clone()))
         try:
             final = run()
         finally:

@@ -156,10 +156,8 @@ def test_exact_error_equals_an_independent_enumeration_on_a_tiny_bert():
         assert error.kl[b].item() == pytest.approx(kl, abs=1e-9)
         assert error.order_spread[b].item() == pytest.approx(spread, abs=1e-9)
         assert error.order_spread[b].item() > 1e-3  # a random BERT's conditionals are incompatible
-        bound = first_order_error(bert, tokens[b : b + 1], positions[b : b + 1], temperature=0.8, top_m=6)
         two = parallel_commit_error(bert, tokens[b : b + 1], positions[b : b + 1, :2], temperature=0.8)
-        two_bound = first_order_error(bert, tokens[b : b + 1], positions[b : b + 1, :2], temperature=0.8,
-                                             top_m=6)
+        two_bound = first_order_error(bert, tokens[b : b + 1], positions[b : b + 1, :2], temperature=0.8, top_m=6)
         assert two_bound.estimate.item() == pytest.approx(two.tv.item(), abs=1e-9)  # K = 2: the chain rule is equal
 
 

@@ -22,13 +22,13 @@ PUBLIC = {
     # monitoring
     "ChainMonitor", "TrapTracker", "TrapIntervention", "HiddenStateEmbedder", "SentenceEmbedder", "ScheduledProbe",
     "monitor_sampler",
-    "MixingDiagnostics", "RectangleTest", "InfluenceProbe", "SemanticDrift", "TrapDetector",
+    "MixingDiagnostics", "RectangleTest", "InfluenceProbe", "SemanticDrift", "TrapDetector", "ParallelDecoding",
     "MeetingTimeMetric", "RectanglePrevalence", "DobrushinCoefficient", "ChainConvergence", "DwellTime",
     "EffectiveTemperature", "DecodingQuality",
     # diagnostics
     "MeetingTimes", "meeting_times", "lagged_meeting_times", "RectangleReport", "sample_rectangles",
     "InfluenceEstimate", "estimate_influence", "LocalMargins", "local_margins", "ScalingFit", "fit_scaling", "rhat",
-    "ess",
+    "ess", "ParallelCommitError", "parallel_commit_error", "confidence_profile",
     # jobs
     "load_config", "RunConfig", "SweepConfig", "run_chains", "run_sweep", "CaseStudyConfig", "run_case_study",
     "RectangleTableConfig", "run_rectangle_table",

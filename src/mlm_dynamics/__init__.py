@@ -36,7 +36,7 @@ _EXPORTS: dict[str, str] = {
     "ScheduledProbe": "probes.base",
     "MixingDiagnostics": "callbacks.diagnostics", "RectangleTest": "callbacks.diagnostics",
     "InfluenceProbe": "callbacks.diagnostics", "SemanticDrift": "callbacks.diagnostics",
-    "TrapDetector": "callbacks.diagnostics",
+    "TrapDetector": "callbacks.diagnostics", "ParallelDecoding": "callbacks.diagnostics",
     "MeetingTimeMetric": "metrics.aggregates", "RectanglePrevalence": "metrics.aggregates",
     "DobrushinCoefficient": "metrics.aggregates", "ChainConvergence": "metrics.aggregates",
     "DwellTime": "metrics.aggregates", "EffectiveTemperature": "metrics.aggregates",
@@ -46,6 +46,8 @@ _EXPORTS: dict[str, str] = {
     "lagged_meeting_times": "diagnostics.meeting",
     "RectangleReport": "diagnostics.rectangle", "sample_rectangles": "diagnostics.rectangle",
     "InfluenceEstimate": "diagnostics.influence", "estimate_influence": "diagnostics.influence",
+    "ParallelCommitError": "diagnostics.parallel", "parallel_commit_error": "diagnostics.parallel",
+    "confidence_profile": "diagnostics.parallel",
     "LocalMargins": "diagnostics.margins", "local_margins": "diagnostics.margins",
     "ScalingFit": "diagnostics.scaling", "fit_scaling": "diagnostics.scaling",
     "rhat": "diagnostics.convergence", "ess": "diagnostics.convergence",
@@ -89,6 +91,8 @@ __all__ = [
     "MeetingTimes",
     "MixingDiagnostics",
     "PairwiseMRFDenoiser",
+    "ParallelCommitError",
+    "ParallelDecoding",
     "Randomness",
     "RectanglePrevalence",
     "RectangleReport",
@@ -109,6 +113,7 @@ __all__ = [
     "VocabInfo",
     "__version__",
     "as_generator",
+    "confidence_profile",
     "denoiser_for",
     "ess",
     "estimate_influence",
@@ -121,6 +126,7 @@ __all__ = [
     "local_margins",
     "meeting_times",
     "monitor_sampler",
+    "parallel_commit_error",
     "rhat",
     "run_case_study",
     "run_chains",
@@ -150,11 +156,19 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # the same names, for type checkers and IDEs
     from ._random import Randomness, as_generator
-    from .callbacks.diagnostics import InfluenceProbe, MixingDiagnostics, RectangleTest, SemanticDrift, TrapDetector
+    from .callbacks.diagnostics import (
+        InfluenceProbe,
+        MixingDiagnostics,
+        ParallelDecoding,
+        RectangleTest,
+        SemanticDrift,
+        TrapDetector,
+    )
     from .diagnostics.convergence import ess, rhat
     from .diagnostics.influence import InfluenceEstimate, estimate_influence
     from .diagnostics.margins import LocalMargins, local_margins
     from .diagnostics.meeting import MeetingTimes, lagged_meeting_times, meeting_times
+    from .diagnostics.parallel import ParallelCommitError, confidence_profile, parallel_commit_error
     from .diagnostics.rectangle import RectangleReport, sample_rectangles
     from .diagnostics.scaling import ScalingFit, fit_scaling
     from .embedders.base import HiddenStateEmbedder, SentenceEmbedder

@@ -2,7 +2,14 @@
 adapters over :mod:`mlm_dynamics.probes`."""
 
 from .base import DiagnosticCallback
-from .diagnostics import InfluenceProbe, MixingDiagnostics, RectangleTest, SemanticDrift, TrapDetector
+from .diagnostics import (
+    InfluenceProbe,
+    MixingDiagnostics,
+    ParallelDecoding,
+    RectangleTest,
+    SemanticDrift,
+    TrapDetector,
+)
 
-__all__ = ["DiagnosticCallback", "InfluenceProbe", "MixingDiagnostics", "RectangleTest", "SemanticDrift",
-           "TrapDetector"]
+__all__ = ["DiagnosticCallback", "InfluenceProbe", "MixingDiagnostics", "ParallelDecoding", "RectangleTest",
+           "SemanticDrift", "TrapDetector"]

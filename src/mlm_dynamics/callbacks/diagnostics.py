@@ -10,8 +10,10 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.loggers import WandbLogger
 from matplotlib.figure import Figure
 
+from ..diagnostics.parallel import DEFAULT_RULES
 from ..embedders.base import Codec, EmbedderBase, EmbeddingFunction
 from ..probes.chains import Anchors, DriftProbe, TrapProbe
+from ..probes.decoding import ParallelDecodingProbe
 from ..probes.mixing import DobrushinProbe, MeetingTimeProbe, RectangleProbe
 from ..report import figures as report_figures
 from .base import DiagnosticCallback
@@ -94,6 +96,25 @@ class InfluenceProbe(DiagnosticCallback):
                  replacements: int = 1, **kwargs: Any) -> None:
         super().__init__(DobrushinProbe(temperatures=temperatures, max_sites=max_sites, replacements=replacements),
                          **kwargs)
+
+
+class ParallelDecoding(DiagnosticCallback):
+    """How parallel-decodable the model being trained is: a masked window of the batch's sequences, its ``n`` most
+    confident positions committed at once against one at a time (``n = 1 .. window``), and the confidence rules'
+    sets with their certificates checked; see :class:`~mlm_dynamics.probes.decoding.ParallelDecodingProbe`.
+
+    Logs under ``{prefix}parallel/{stage}/``: ``tv_k{n}``, ``tv_high_k{n}``, ``first_order_k{n}``,
+    ``certificate_k{n}``, ``{rule}/k``, ``{rule}/tv``, ``{rule}/violated``, ``k_for_tv{target}``,
+    ``threshold_for_tv{target}``. Cost per run: at most
+    ``num_starts (1 + sum_{n=2}^{window} (2 + samples (n - 1) + n top_m))`` forward rows.
+    """
+
+    def __init__(self, *, window: int = 4, temperature: float = 1.0,
+                 rules: Sequence[tuple[str, float]] = DEFAULT_RULES,
+                 targets: Sequence[float] = (0.01, 0.05), samples: int = 32, top_m: int = 4,
+                 **kwargs: Any) -> None:
+        super().__init__(ParallelDecodingProbe(window=window, temperature=temperature, rules=rules, targets=targets,
+                                               samples=samples, top_m=top_m), **kwargs)
 
 
 class _ChainCallback(DiagnosticCallback):

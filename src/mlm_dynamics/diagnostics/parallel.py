@@ -579,14 +579,15 @@ DEFAULT_RULES: tuple[tuple[str, float], ...] = (("threshold", 0.9), ("factor", 1
 def confidence_profile(denoiser: Denoiser, tokens: Tensor, candidates: Tensor, *, max_k: int = 8,
                        rules: Sequence[tuple[str, float]] = DEFAULT_RULES, targets: Sequence[float] = (0.01, 0.05),
                        temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
-                       samples: int = 64, max_rows: int = 4096, top_m: int = 8, level: float = 0.95,
+                       samples: int = 64, max_rows: int | None = None, top_m: int = 8, level: float = 0.95,
                        generator: Randomness = 0, attention_mask: Tensor | None = None) -> ConfidenceProfile:
     """One decoding step with ``candidates [B, M]`` masked in ``tokens [B, L]`` (written with the mask id when the
     model has one; other masked positions stay masked): the candidates sorted by confidence, the error of committing
     the top ``n`` at once for ``n = 1 .. max_k`` (a model without a mask id, a toy field, keeps the other
     candidates' tokens) (:func:`parallel_commit_error`, most confident first; exact where
     the tree is small, else ``samples`` draws) with the influence estimate of each set, and the confidence rules'
-    sets and certificates (:meth:`ConfidenceProfile.summary`).
+    sets and certificates (:meth:`ConfidenceProfile.summary`). ``max_rows``: the largest exact tree (default: for
+    each ``n``, exact only where the tree costs no more rows than the ``1 + samples (n - 1)`` of Monte Carlo).
 
     Cost: ``B`` rows for the confidences, then per ``n >= 2`` those of :func:`parallel_commit_error` and
     :func:`first_order_error` (Monte Carlo: about ``B (2 + samples (n - 1) + n top_m)``).
@@ -616,7 +617,8 @@ def confidence_profile(denoiser: Denoiser, tokens: Tensor, candidates: Tensor, *
     for n in range(2, max_k + 1):
         chosen = tree.positions[:, :n]
         error = parallel_commit_error(denoiser, tokens, chosen, temperature=temperature, top_k=top_k, top_p=top_p,
-                                      orders=0, samples=samples, max_rows=max_rows, level=level,
+                                      orders=0, samples=samples, level=level,
+                                      max_rows=max_rows if max_rows is not None else 1 + samples * (n - 1),
                                       generator=as_generator(generator, "confidence_profile", n, device=device),
                                       attention_mask=mask)
         estimate = first_order_error(denoiser, tokens, chosen, temperature=temperature, top_k=top_k, top_p=top_p,

@@ -326,6 +326,6 @@ def load_diffusion_lm(name_or_path: str, *, trust_remote_code: bool = False, fam
     return denoiser.to(device), tokenizer
 
 
-__all__ = ["FAMILIES", "Family", "attention_format", "check_named_family", "denoiser_for", "detect_family", "family_mask_id",
-           "is_masked_lm", "load_diffusion_lm", "options_text", "special_ids", "time_condition_of",
+__all__ = ["FAMILIES", "Family", "attention_format", "check_named_family", "denoiser_for", "detect_family",
+           "family_mask_id", "is_masked_lm", "load_diffusion_lm", "options_text", "special_ids", "time_condition_of",
            "vocabulary_size"]

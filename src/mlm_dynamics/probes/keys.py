@@ -8,9 +8,11 @@ from typing import Any
 
 from .base import STAGES, Probe
 from .chains import DriftProbe, TrapProbe
+from .decoding import ParallelDecodingProbe
 from .mixing import DobrushinProbe, MeetingTimeProbe, RectangleProbe
 
-PROBES: tuple[type[Probe], ...] = (MeetingTimeProbe, RectangleProbe, DobrushinProbe, DriftProbe, TrapProbe)
+PROBES: tuple[type[Probe], ...] = (MeetingTimeProbe, RectangleProbe, DobrushinProbe, DriftProbe, TrapProbe,
+                                   ParallelDecodingProbe)
 
 
 def metric_key_page() -> str:
@@ -34,7 +36,8 @@ def metric_key_table() -> str:
 
 
 SECTION_TITLES = {"mixing": "Mixing: coupled chains", "rectangle": "Incompatibility: rectangle test",
-                  "influence": "Influence: Dobrushin estimates", "drift": "Semantic drift", "traps": "Traps and basins"}
+                  "influence": "Influence: Dobrushin estimates", "drift": "Semantic drift", "traps": "Traps and basins",
+                  "parallel": "Parallel decoding: K positions at once"}
 
 
 def key_regex(name: str) -> str:
@@ -64,7 +67,8 @@ def headline_keys(prefix: str = "", stage: str = "train") -> dict[str, list[str]
                          "lagged/tv_bound_t{t}"],
               "rectangle": ["prevalence", "abs_r_median"], "influence": ["dobrushin_tau{t}", "tau_star"],
               "drift": ["drift_mean", "hit_fraction_d{d}", "rhat_drift"],
-              "traps": ["trap_rate", "num_basins", "dwell_time_mean", "drift_mean", "topic/{name}"]}
+              "traps": ["trap_rate", "num_basins", "dwell_time_mean", "drift_mean", "topic/{name}"],
+              "parallel": ["tv_k{n}", "k_for_tv{target}", "{rule}/violated"]}
     return {SECTION_TITLES[group]: [f"{prefix}{group}/{stage}/{name}" for name in names]
             for group, names in chosen.items()}
 
