@@ -100,7 +100,8 @@ def test_tensorboard_layout_groups_every_logged_key(logged):
     assert len(layouts) == 1  # written once, by the first callback, for all of them
     categories = {c.title: [tag for chart in c.chart for tag in chart.multiline.tag] for c in layouts[0].category}
     assert set(categories) == {"Mixing: coupled chains", "Incompatibility: rectangle test",
-                               "Influence: Dobrushin estimates", "Semantic drift", "Traps and basins"}
+                               "Influence: Dobrushin estimates", "Semantic drift", "Traps and basins",
+                               "Parallel decoding: K positions at once"}
     logged_keys = set(read_logs(logged / "tb").scalars)
     patterns = [re.compile(tag) for tags in categories.values() for tag in tags]
     assert all(any(p.fullmatch(key) for p in patterns) for key in logged_keys)  # every key has a chart
