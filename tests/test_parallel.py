@@ -13,7 +13,7 @@ from transformers import BertConfig, BertForMaskedLM
 from mlm_dynamics import FullSequenceDenoiser, MaskedLMDenoiser, PairwiseMRFDenoiser, VocabInfo
 from mlm_dynamics.diagnostics.parallel import (
     confidence_profile,
-    empirical_bernstein,
+    betting_interval,
     first_order_error,
     parallel_commit_error,
     rule_commit_count,
@@ -162,37 +162,43 @@ def test_exact_error_equals_an_independent_enumeration_on_a_tiny_bert():
 
 
 def test_the_monte_carlo_interval_covers_the_exact_value():
-    """60 independent Monte Carlo estimates (64 draws each) on rows of a tiny BERT whose exact error is known. The
-    empirical-Bernstein interval has coverage >= 95 % at every N; measured: 60/60 here (it is conservative). A
-    normal interval with the width halved would miss often; the mean of the estimates lies within 4 standard
-    errors of the exact value (unbiasedness)."""
-    bert = tiny_bert(1)
-    tokens = torch.randint(2, 8, (1, 6), generator=torch.Generator().manual_seed(5))
-    positions = torch.tensor([[0, 2, 3, 5]])
-    exact = parallel_commit_error(bert, tokens, positions, temperature=0.6)
-    assert exact.exact and exact.tv.item() > 0.02
-    estimates, covered, disagree_covered = [], 0, 0
-    for seed in range(60):
-        mc = parallel_commit_error(bert, tokens, positions, temperature=0.6, max_rows=1, samples=64, generator=seed,
-                                   orders=0)
-        estimates.append(mc.tv.item())
-        covered += bool(mc.tv_low.item() <= exact.tv.item() <= mc.tv_high.item())
-        disagree_covered += bool(mc.disagreement_low.item() <= exact.disagreement.item()
-                                 <= mc.disagreement_high.item())
-    assert covered >= 57 and disagree_covered >= 57
-    values = torch.tensor(estimates, dtype=torch.float64)
-    assert abs(values.mean().item() - exact.tv.item()) < 4 * values.std().item() / math.sqrt(len(values))
+    """25 independent Monte Carlo estimates (32 draws each) on 12 rows of tiny BERTs whose exact errors are known
+    (0.01 to 0.77). The betting interval has coverage >= 95 % at every N (measured here: 300/300, mean width 0.27);
+    the Student interval is approximate (measured: 277/300 = 0.92, width 0.12), as its docstring says. The mean of
+    the estimates lies within 4 standard errors of the exact value (the estimator is unbiased)."""
+    covered = {"betting": 0, "student": 0}
+    for seed in range(3):
+        bert = tiny_bert(seed)
+        tokens = torch.randint(2, 8, (4, 7), generator=torch.Generator().manual_seed(seed))
+        positions = torch.stack([torch.randperm(7, generator=torch.Generator().manual_seed(10 * seed + r))[:4]
+                                 for r in range(4)])
+        exact = parallel_commit_error(bert, tokens, positions, temperature=0.6, orders=0)
+        assert exact.exact
+        estimates = []
+        for rep in range(25):
+            for method in covered:
+                mc = parallel_commit_error(bert, tokens, positions, temperature=0.6, max_rows=1, samples=32,
+                                           generator=rep, orders=0, method=method)
+                covered[method] += int(((mc.tv_low <= exact.tv + 1e-12) & (exact.tv <= mc.tv_high + 1e-12)).sum())
+            estimates.append(mc.tv)
+        values = torch.stack(estimates)
+        assert ((values.mean(0) - exact.tv).abs() < 4 * values.std(0) / 5 + 1e-9).all()
+    assert covered["betting"] >= 285 and covered["student"] >= 255
 
 
-def test_empirical_bernstein_is_a_bound_on_bernoulli_means():
-    """Bernoulli(0.3) samples of 40: the interval's coverage over 2000 replications is >= 95 % (binomial standard
-    error 0.5 % at 0.95, so 0.94 is more than 2 standard errors below the guarantee)."""
+def test_the_betting_interval_covers_bernoulli_means_and_is_narrow():
+    """Bernoulli(p) samples of 40 for p = 0.02, 0.3, 0.7: the interval's coverage over 1000 replications is >= 95 %
+    at each p (binomial standard error 0.7 % at 0.95, so 0.93 is 3 standard errors below the guarantee; measured
+    0.99 to 1.0), and its mean width is below Hoeffding's 0.43 (measured 0.41 at p = 0.3, 0.19 at p = 0.02, where
+    the variance is small): an interval that held by being vacuous fails."""
     g = torch.Generator().manual_seed(0)
-    terms = (torch.rand(2000, 40, generator=g, dtype=torch.float64) < 0.3).double()
-    low, high = empirical_bernstein(terms, 0.95)
-    assert ((low <= 0.3) & (high >= 0.3)).double().mean() >= 0.94
+    for p in (0.02, 0.3, 0.7):
+        terms = (torch.rand(1000, 40, generator=g, dtype=torch.float64) < p).double()
+        low, high = betting_interval(terms, 0.95)
+        assert ((low <= p) & (high >= p)).double().mean() >= 0.93, p
+        assert (high - low).mean() < (0.43 if p != 0.02 else 0.25)
     with pytest.raises(ValueError, match="samples must be >= 2"):
-        empirical_bernstein(terms[:, :1], 0.95)
+        betting_interval(terms[:, :1], 0.95)
 
 
 def test_the_influence_bound_is_first_order_and_a_parity_breaks_it():
@@ -273,3 +279,30 @@ def test_the_first_order_estimate_over_random_bert_sets_matches_what_the_docs_sa
         under += int((estimate.estimate < exact.tv - 1e-9).sum())
         ratios += (estimate.estimate / exact.tv).tolist()
     assert under <= 6 and torch.tensor(ratios).median() > 1
+
+
+def test_the_parallel_decoding_job_on_a_diffusion_fixture_and_the_control(tmp_path):
+    """The packaged job, through the command line, on the LLaDA-format fixture (its own code, loaded as a user
+    would) and the compatible toy: a report with both models, the two figures and the bill; the control's
+    certificates hold; errors grow from 0 at K = 1."""
+    import json
+
+    from family_models import build
+    from mlm_dynamics.cli import main
+
+    model_dir = build.write("llada", tmp_path / "models")
+    out = tmp_path / "out"
+    code = main(["parallel-decoding", "--config", "parallel-decoding", "--out", str(out), "--set",
+                 f"models=[{{name: LLaDA fixture, source: diffusion, name_or_path: '{model_dir}', "
+                 "trust_remote_code: true}, {name: toy, source: toy-compatible}]", "--set", "window=3",
+                 "--set", "samples=8", "--set", "contexts=2", "--quiet"])
+    assert code == 0
+    report = json.loads((out / "report.json").read_text())
+    rows = {row["model"]: row for row in report["parallel"]}
+    assert set(rows) == {"LLaDA fixture", "toy"} and report["cost"]["forward_rows"] > 0
+    for row in rows.values():
+        assert row["tv_k1"] == 0 and 0 <= row["tv_low_k3"] <= row["tv_k3"] <= row["tv_high_k3"] <= 1
+    assert all(rows["toy"][key] == 0 for key in rows["toy"] if key.endswith("/violated"))
+    assert {p.name for p in (out / "figures").iterdir()} == {"parallel-error-by-k.png",
+                                                            "parallel-error-by-threshold.png"}
+    assert "Parallel decoding" in (out / "report.html").read_text()

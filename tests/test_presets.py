@@ -8,7 +8,7 @@ from mlm_dynamics.experiments.config import presets
 
 # overrides that let GPU presets validate on any machine, per job
 CPU = {"run": ["model.device=cpu"], "sweep": ["model.device=cpu"], "semantics": ["model.device=cpu"],
-       "rectangle-table": ["device=cpu"]}
+       "rectangle-table": ["device=cpu"], "parallel-decoding": ["device=cpu"]}
 
 
 def test_every_job_has_a_preset():

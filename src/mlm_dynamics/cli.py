@@ -1,5 +1,5 @@
-"""Command line: ``mlm-dynamics run|sweep|semantics|rectangle-table --config FILE --out DIR [--set key=value ...]``,
-``mlm-dynamics report LOGDIR``, ``mlm-dynamics presets``.
+"""Command line: ``mlm-dynamics run|sweep|semantics|rectangle-table|parallel-decoding --config FILE --out DIR
+[--set key=value ...]``, ``mlm-dynamics report LOGDIR``, ``mlm-dynamics presets``.
 
 Argument parsing and printing only; the jobs are library functions in :mod:`mlm_dynamics.experiments`.
 """
@@ -24,11 +24,13 @@ from .experiments import ConfigError, OutputLock, RunConfig, RunInterrupted, loa
 from .experiments.checkpoint import checkpoint_step
 from .experiments.common import machine_threads
 from .experiments.config import PRESETS, field_default, presets
+from .experiments.decoding import ParallelDecodingConfig, run_parallel_decoding
 from .experiments.rectangles import RectangleTableConfig, run_rectangle_table
 from .experiments.semantics import CaseStudyConfig, run_case_study
 from .experiments.sweep import SweepConfig, run_sweep
 from .models.cost import CostLedger, process_started
 from .report.compare_report import compare_summary, write_compare_report
+from .report.decoding_report import parallel_decoding_summary, write_parallel_decoding
 from .report.history_report import findings, write_history_report
 from .report.logs import read_logs
 from .report.rectangle_report import rectangle_table_summary, write_rectangle_table
@@ -42,7 +44,10 @@ JOBS: dict[str, tuple[type, str]] = {"run": (RunConfig, "run Glauber chains and 
                                      "semantics": (CaseStudyConfig, "the semantic case study on an English MLM: "
                                                                     "drift, traps, basins, topic attraction"),
                                      "rectangle-table": (RectangleTableConfig, "prevalence of incompatible "
-                                                                               "conditionals across masked LMs")}
+                                                                               "conditionals across masked LMs"),
+                                     "parallel-decoding": (ParallelDecodingConfig, "the error of committing K "
+                                                                                   "positions at once, and the "
+                                                                                   "confidence rules checked")}
 
 
 def config_keys(schema: Any, prefix: str = "") -> list[str]:
@@ -278,6 +283,11 @@ def _run_job(args: argparse.Namespace, config: Any) -> str | None:
         table = run_rectangle_table(config, ledger=ledger)
         report = write_rectangle_table(config, table, args.out, cost=ledger)
         return f"{rectangle_table_summary(table)}\n{report['cost']['line']}"
+    if args.command == "parallel-decoding":
+        ledger = CostLedger(args.started)
+        results = run_parallel_decoding(config, ledger=ledger)
+        report = write_parallel_decoding(config, results, args.out, cost=ledger)
+        return f"{parallel_decoding_summary(results)}\n{report['cost']['line']}"
     if args.command == "semantics":
         studied = run_case_study(config, ledger=CostLedger(args.started))
         report = write_semantics_report(studied, args.out)

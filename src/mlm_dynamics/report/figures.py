@@ -21,6 +21,7 @@ from torch import Tensor
 from ..diagnostics.influence import InfluenceEstimate
 from ..diagnostics.margins import LocalMargins
 from ..diagnostics.meeting import MeetingTimes
+from ..diagnostics.parallel import ConfidenceProfile
 from ..diagnostics.rectangle import RectangleReport
 
 COLORMAP = "viridis"
@@ -294,7 +295,50 @@ def dwell_distribution(dwell: Mapping[float, Sequence[float]]) -> Figure:
     return figure
 
 
+def parallel_error_by_k(profiles: Mapping[str, ConfidenceProfile]) -> Figure:
+    """Error of committing the ``K`` most confident positions at once against ``K`` (mean over rows, with the
+    interval of the mean), per model; the mean Frechet-Hoeffding certificate dashed and the influence estimate
+    dotted in the same colour."""
+    figure = new_figure()
+    axes = figure.add_subplot()
+    for index, (name, profile) in enumerate(profiles.items()):
+        color = f"C{index}"
+        k = list(range(1, profile.max_k + 1))
+        axes.plot(k, profile.tv.mean(0).cpu().numpy(), "o-", color=color, label=f"{name}: error")
+        axes.fill_between(k, profile.tv_low.mean(0).cpu().numpy(), profile.tv_high.mean(0).cpu().numpy(),
+                          color=color, alpha=0.2)
+        axes.plot(k, profile.certificate.mean(0).clamp_max(1).cpu().numpy(), "--", color=color,
+                  label=f"{name}: certificate")
+        axes.plot(k, profile.first_order.mean(0).cpu().numpy(), ":", color=color, label=f"{name}: influence est.")
+    axes.set_xlabel("K, positions committed at once (most confident first)")
+    axes.set_ylabel("TV(parallel, sequential)")
+    axes.set_ylim(0, 1)
+    legend_outside(axes)
+    return figure
+
+
+def parallel_error_by_threshold(profiles: Mapping[str, ConfidenceProfile], thresholds: Sequence[float]) -> Figure:
+    """For each confidence threshold: the measured error of the set the threshold rule commits (mean over rows, with
+    its interval) and the rule's certificate (dashed), per model; the mean K committed in the second panel."""
+    figure = new_figure(height=5.6)
+    error_axes, k_axes = figure.subplots(2, 1, sharex=True)
+    for index, (name, profile) in enumerate(profiles.items()):
+        color = f"C{index}"
+        outcomes = [profile.rule_outcome("threshold", t) for t in thresholds]
+        error_axes.plot(thresholds, [float(o["tv"].mean()) for o in outcomes], "o-", color=color, label=name)
+        error_axes.fill_between(thresholds, [float(o["tv_low"].mean()) for o in outcomes],
+                                [float(o["tv_high"].mean()) for o in outcomes], color=color, alpha=0.2)
+        error_axes.plot(thresholds, [min(1.0, float(o["certificate"].mean())) for o in outcomes], "--", color=color,
+                        label=f"{name}: certificate")
+        k_axes.plot(thresholds, [float(o["k"].double().mean()) for o in outcomes], "o-", color=color, label=name)
+    error_axes.set_ylabel("error of the committed set")
+    k_axes.set_ylabel("K committed")
+    k_axes.set_xlabel("confidence threshold")
+    legend_outside(error_axes)
+    return figure
+
+
 __all__ = ["COLORMAP", "LEGEND_POINTS", "SERIES_MARKERS", "basin_colors", "chain_traces", "colors", "dobrushin_curve",
            "drift_over_time", "dwell_distribution", "ladder_survival", "landscape_by_temperature", "legend_outside",
-           "margin_distribution", "new_figure", "overlap_label", "pca_landscape", "readable", "rectangle_histogram",
-           "survival_steps", "temperature_axis", "topic_fractions_over_time"]
+           "margin_distribution", "new_figure", "overlap_label", "parallel_error_by_k", "parallel_error_by_threshold",
+           "pca_landscape", "readable", "rectangle_histogram", "survival_steps", "temperature_axis", "topic_fractions_over_time"]
