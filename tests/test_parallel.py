@@ -12,8 +12,8 @@ from transformers import BertConfig, BertForMaskedLM
 
 from mlm_dynamics import FullSequenceDenoiser, MaskedLMDenoiser, PairwiseMRFDenoiser, VocabInfo
 from mlm_dynamics.diagnostics.parallel import (
-    confidence_profile,
     betting_interval,
+    confidence_profile,
     first_order_error,
     parallel_commit_error,
     rule_commit_count,

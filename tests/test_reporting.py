@@ -28,9 +28,11 @@ def test_cli_report_and_callback_metrics_agree_on_the_same_data():
         "model.num_layers=1", "chains.num_chains=2",
         "temperatures=[1.0, 2.0]", "run.num_steps=4", "run.record_every=2",
         "coupling.num_pairs=3", "coupling.max_steps=4", "rectangle.pairs_per_context=2", "rectangle.num_tokens=3",
-        "influence.enabled=false"])
+        "influence.enabled=false", "parallel.enabled=true", "parallel.window=3", "parallel.samples=4"])
     result = run_chains(config)
     report = run_report(result)
+    assert result.parallel is not None and report["parallel"] == result.parallel.summary()  # the section, as measured
+    assert report["parallel"]["tv_k1"] == 0 and 0 <= report["parallel"]["tv_k3"] <= report["parallel"]["tv_high_k3"]
     assert result.coupling is not None and result.rectangle is not None
     # the callbacks log f"{group}/{key}" for key, value in metric.compute(): same keys, same values as the report
     meeting = MeetingTimeMetric()

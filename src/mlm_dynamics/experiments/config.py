@@ -239,8 +239,28 @@ class InfluenceConfig:
 
 
 @dataclass
+class ParallelSectionConfig:
+    """Parallel decoding on the final states: in each of ``num_contexts`` of them, a window of ``window`` resampled
+    sites at a random offset is masked and its ``n`` most confident positions committed at once against one at a
+    time, ``n = 1 .. window``, at the main temperature (``samples`` Monte Carlo draws where enumeration costs more);
+    the confidence rules at their default parameters are checked (the ``parallel-decoding`` job sweeps them)."""
+
+    enabled: bool = False
+    num_contexts: int = 2
+    window: int = 4
+    samples: int = 32
+
+    def validate(self, key: str = "parallel") -> None:
+        """Raise :class:`ConfigError` naming ``{key}.<field>`` for the first value that is out of range."""
+        require(self.num_contexts >= 1, f"{key}.num_contexts", "be >= 1", self.num_contexts)
+        require(2 <= self.window <= 12, f"{key}.window", "lie in [2, 12]", self.window)
+        require(self.samples >= 2, f"{key}.samples", "be >= 2", self.samples)
+
+
+@dataclass
 class RunConfig:
-    """The ``run`` job: Glauber chains on one model, plus coupling, rectangle, margin and influence sections.
+    """The ``run`` job: Glauber chains on one model, plus coupling, rectangle, margin, influence and parallel-decoding
+    sections.
 
     ``temperatures`` is the run's one temperature ladder: the chains split into equal blocks over it, and the coupled
     pairs and the influence estimate run at each of its temperatures. The report's headline numbers (mixing scalars,
@@ -261,6 +281,7 @@ class RunConfig:
     margins: MarginsConfig = field(default_factory=MarginsConfig)
     influence: InfluenceConfig = field(default_factory=InfluenceConfig)
     semantics: SemanticsConfig = field(default_factory=SemanticsConfig)
+    parallel: ParallelSectionConfig = field(default_factory=ParallelSectionConfig)
 
     def validate(self) -> None:
         """Range checks of every section (types were checked on loading); raises :class:`ConfigError`."""
@@ -270,9 +291,11 @@ class RunConfig:
         validate_sections(self)
         require(self.chains.num_chains % len(self.temperatures) == 0, "chains.num_chains",
                 f"be a multiple of the {len(self.temperatures)} temperatures", self.chains.num_chains)
-        if self.influence.enabled:
-            require(self.influence.num_contexts <= self.chains.num_chains, "influence.num_contexts",
-                    f"be <= chains.num_chains ({self.chains.num_chains})", self.influence.num_contexts)
+        for section in ("influence", "parallel"):
+            spec = getattr(self, section)
+            if spec.enabled:
+                require(spec.num_contexts <= self.chains.num_chains, f"{section}.num_contexts",
+                        f"be <= chains.num_chains ({self.chains.num_chains})", spec.num_contexts)
         if self.chains.sequences is None:
             require(self.model.source == "antiberty", "chains.sequences",
                     "be given for models other than the bundled antiberty", None)
@@ -634,6 +657,7 @@ def _describe(error: OmegaConfBaseException) -> str:
 
 __all__ = ["DISTANCES", "DTYPES", "MODEL_SOURCES", "TOY_SOURCES", "ChainsConfig", "ConfigError",
            "ContextConfig", "CouplingConfig", "DriftSweepConfig", "GridConfig", "InfluenceConfig",
-           "InfluenceSweepConfig", "LagSweepConfig", "MarginsConfig", "ModelConfig", "RectangleConfig", "RunConfig",
-           "SamplerConfig", "SemanticsConfig", "StepsConfig", "SweepConfig", "SweepModelConfig", "SweepRectangleConfig",
+           "InfluenceSweepConfig", "LagSweepConfig", "MarginsConfig", "ModelConfig", "ParallelSectionConfig",
+           "RectangleConfig", "RunConfig", "SamplerConfig", "SemanticsConfig", "StepsConfig", "SweepConfig",
+           "SweepModelConfig", "SweepRectangleConfig",
            "check_device", "check_seed", "field_default", "load_config", "require", "to_dict", "validate_sections"]

@@ -1,4 +1,5 @@
-"""The ``run`` job: Glauber chains on one model, with semantics, coupling, rectangle, margin and influence sections.
+"""The ``run`` job: Glauber chains on one model, with semantics, coupling, rectangle, margin, influence and
+parallel-decoding sections.
 
 ``run_chains(config, out_dir)`` loads the model, steps the chains (checkpointing every ``run.checkpoint_every``
 steps), then measures the sections and returns a :class:`ChainRunResult`; :mod:`mlm_dynamics.report` writes it.
@@ -25,6 +26,7 @@ from ..diagnostics.claims import ClaimsReport, Evidence, assess_claims
 from ..diagnostics.influence import InfluenceEstimate, estimate_influence
 from ..diagnostics.margins import LocalMargins, local_margins
 from ..diagnostics.meeting import MeetingTimes, meeting_times_of
+from ..diagnostics.parallel import ConfidenceProfile, confidence_profile
 from ..diagnostics.rectangle import RectangleReport, sample_rectangles
 from ..embedders.base import HiddenStateEmbedder, cosine_distance
 from ..models.base import Denoiser, OutOfTime, forward_deadline
@@ -107,6 +109,7 @@ class ChainRunResult:
     rectangle: RectangleReport | None = None
     margins: dict[str, LocalMargins] | None = None
     influence: InfluenceEstimate | None = None
+    parallel: ConfidenceProfile | None = None
     notes: list[str] = field(default_factory=list)
     claims: ClaimsReport | None = None
     environment: dict[str, str] = field(default_factory=dict)
@@ -271,6 +274,9 @@ def run_chains(config: RunConfig, out_dir: Path | None = None, *, resume: bool =
     if config.influence.enabled:
         result.influence = sections.run("influence", lambda: measure_influence(denoiser, final, sites, config,
                                                                                generator))
+    if config.parallel.enabled:
+        result.parallel = sections.run("parallel decoding", lambda: measure_parallel(denoiser, final, sites, config,
+                                                                                   generator))
     result.notes += sections.notes
     result.stopped = stopped or sections.stopped
     with ledger.phase("claims"):
@@ -296,6 +302,9 @@ def planned_rows(config: RunConfig, num_sites: int) -> tuple[int, int]:
     n = min(config.influence.max_sites, num_sites)
     after += config.influence.num_contexts * n * (1 + config.influence.replacements * (n - 1)) \
         if config.influence.enabled else 0
+    if config.parallel.enabled:
+        spec, window = config.parallel, min(config.parallel.window, num_sites)
+        after += spec.num_contexts * (1 + sum(2 + spec.samples * (n - 1) + 8 * n for n in range(2, window + 1)))
     if config.semantics.enabled:
         after += chains * (config.semantics.reference_samples + 2 + config.run.num_steps // config.semantics.every)
     return per_step, after
@@ -483,6 +492,20 @@ def _trajectory_rows(step: int, tokens: Tensor, start: Tensor, codec: Codec) -> 
              "sequence": codec.decode(tokens[chain].tolist())} for chain in range(tokens.shape[0])]
 
 
+def measure_parallel(denoiser: Denoiser, tokens: Tensor, sites: Tensor, config: RunConfig,
+                     generator: torch.Generator) -> ConfidenceProfile:
+    """Parallel decoding on the first ``parallel.num_contexts`` final states: a window of ``parallel.window``
+    consecutive sites at a random offset per row, masked, profiled at the main temperature."""
+    spec = config.parallel
+    rows, row_sites = tokens[: spec.num_contexts], sites[: spec.num_contexts].to(tokens.device)
+    window = min(spec.window, row_sites.shape[1])
+    offsets = (torch.rand(len(rows), generator=generator, device=generator.device)
+               * (row_sites.shape[1] - window + 1)).long().to(rows.device)
+    candidates = row_sites.gather(1, offsets[:, None] + torch.arange(window, device=rows.device))
+    return confidence_profile(denoiser, rows, candidates, max_k=window, temperature=config.main_temperature,
+                              samples=spec.samples, level=1 - 0.05 / len(rows), generator=generator)
+
+
 def measure_influence(denoiser: Denoiser, tokens: Tensor, sites: Tensor, config: RunConfig,
                       generator: torch.Generator) -> InfluenceEstimate:
     """Influence among the first ``influence.max_sites`` resampled sites (sums over those sites: lower estimates)."""
@@ -590,4 +613,4 @@ class _Semantics:
 
 
 __all__ = ["TRAJECTORY_FIELDS", "ChainRunResult", "CouplingResult", "SemanticsResult",
-           "measure_influence", "run_chains", "run_claims"]
+           "measure_influence", "measure_parallel", "run_chains", "run_claims"]

@@ -13,15 +13,15 @@ from .html import Section, render_html, write_figures
 from .writers import jsonable, write_billed, write_csv, write_text
 
 EXPLANATION = (
-    "Committing K masked positions in one step draws them from the product of their marginals; committing them one "
-    "at a time (most confident first, recomputing in between) draws from the model's sequential law. The error is "
-    "the total variation between the two: the smallest probability that the parallel commit differs from the "
-    "sequential one. Exact by enumeration where the tree of forwards is small, else a Monte Carlo estimate with an "
-    "betting confidence interval (Waudby-Smith and Ramdas; each row at level 1 - alpha / rows, so the band of the mean covers at the "
-    "config's level). The certificate sum (1 - c_i) bounds the error whenever the conditionals are compatible; the "
-    "confidence rules (Fast-dLLM's threshold and factor rules, a Frechet-Hoeffding profile rule) rest on it, and a "
-    "violation shows conditionals whose sequential law does not keep their own marginals. The influence estimate "
-    "reads one committed position at a time: a bound for K <= 2 only.")
+    "Committing K masked positions in one step draws them from the product of their marginals; committing them one at"
+    " a time (most confident first, recomputing in between) draws from the model's sequential law. The error is the "
+    "total variation between the two: the smallest probability that the parallel commit differs from the sequential "
+    "one. Exact by enumeration where the tree of forwards is small, else a Monte Carlo estimate with a betting "
+    "confidence interval (Waudby-Smith and Ramdas; each row at level 1 - alpha / rows, so the band of the mean covers"
+    " at the config's level). The certificate sum (1 - c_i) bounds the error whenever the conditionals are "
+    "compatible; the confidence rules (Fast-dLLM's threshold and factor rules, a Frechet-Hoeffding profile rule) rest"
+    " on it, and a violation shows conditionals whose sequential law does not keep their own marginals. The influence"
+    " estimate reads one committed position at a time: a bound for K <= 2 only.")
 
 
 def write_parallel_decoding(config: ParallelDecodingConfig, results: list[DecodingResult], out_dir: Path,

@@ -341,4 +341,5 @@ def parallel_error_by_threshold(profiles: Mapping[str, ConfidenceProfile], thres
 __all__ = ["COLORMAP", "LEGEND_POINTS", "SERIES_MARKERS", "basin_colors", "chain_traces", "colors", "dobrushin_curve",
            "drift_over_time", "dwell_distribution", "ladder_survival", "landscape_by_temperature", "legend_outside",
            "margin_distribution", "new_figure", "overlap_label", "parallel_error_by_k", "parallel_error_by_threshold",
-           "pca_landscape", "readable", "rectangle_histogram", "survival_steps", "temperature_axis", "topic_fractions_over_time"]
+           "pca_landscape", "readable", "rectangle_histogram", "survival_steps", "temperature_axis",
+           "topic_fractions_over_time"]

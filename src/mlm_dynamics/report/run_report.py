@@ -50,6 +50,8 @@ def run_report(result: ChainRunResult) -> dict[str, Any]:
     if result.influence is not None:
         report["influence"] = {**result.influence.summary(), "sites": result.influence.sites.tolist(),
                                "temperatures": result.influence.temperatures.tolist()}
+    if result.parallel is not None:
+        report["parallel"] = result.parallel.summary()
     if result.claims is not None:
         report["claims"] = result.claims.to_dict()
     return report
@@ -135,6 +137,8 @@ def run_figures(result: ChainRunResult) -> dict[str, Figure]:
         out["margins"] = figures.margin_distribution(result.margins)
     if result.influence is not None:
         out["influence"] = figures.dobrushin_curve(result.influence)
+    if result.parallel is not None:
+        out["parallel"] = figures.parallel_error_by_k({result.config.model.source: result.parallel})
     return out
 
 
@@ -148,6 +152,9 @@ CAPTIONS = {
     "margins": "local margins at the start and at the end of the chains",
     "influence": "estimated influence coefficient against temperature, a lower estimate of Dobrushin's coefficient: "
                  "1 or more certifies that the condition fails, below 1 certifies nothing",
+    "parallel": "parallel decoding on the final states: the error of committing the K most confident positions of a "
+                "masked window at once against one at a time (band: interval of the mean), with the confidence "
+                "certificate (dashed) and the influence estimate (dotted)",
 }
 
 
@@ -183,7 +190,7 @@ def _write_pages(result: ChainRunResult, out_dir: Path) -> dict[str, Any]:
     if "mixing" in report:  # every temperature the pairs ran at
         tables.append(("mixing per temperature", [{k: v for k, v in row.items() if not isinstance(v, list)}
                                                   for row in report["mixing"]["by_temperature"]]))
-    for name in ("rectangle", "influence"):
+    for name in ("rectangle", "influence", "parallel"):
         if name in report:
             tables.append((name, [{k: v for k, v in report[name].items() if not isinstance(v, (list, dict))}]))
     sections.append(Section("Numbers", tables=tables))
@@ -235,6 +242,12 @@ def run_summary(result: ChainRunResult) -> str:
         pairs = ", ".join(f"tau={t:g}: {a:.2f}" for t, a in zip(influence.temperatures.tolist(),
                                                                   influence.dobrushin.tolist(), strict=True))
         lines.append(f"Dobrushin coefficient on {len(influence.sites)} sites: {pairs}")
+    if result.parallel is not None:
+        summary, k = result.parallel.summary(), result.parallel.max_k
+        lines.append(f"parallel decoding: error of committing the {k} most confident at once "
+                     f"{summary[f'tv_k{k}']:.3g} (interval to {summary[f'tv_high_k{k}']:.3g}); "
+                     + ", ".join(f"error <= {t:g} allows K {summary[f'k_for_tv{t:g}']:.2g}"
+                                 for t in result.parallel.targets))
     return "\n".join(lines)
 
 
