@@ -60,7 +60,8 @@ def test_effective_temperature_recovers_the_law_the_draws_came_from():
                                                             generator=generator).squeeze(1), tau)
     assert abs(exact["surprisal_gap_z"]) < 4 and exact["entropy_mean"] > 0
     sharp = effective_temperature(logits, (logits / tau).argmax(-1), tau)  # greedy: far too sharp
-    assert sharp["surprisal_gap_z"] < -10 and sharp["effective_temperature"] < 0.5 * tau
+    assert sharp["surprisal_gap_z"] < -10 and sharp["effective_temperature_upper_bound"] == pytest.approx(0.25 * tau)
+    assert "effective_temperature" not in sharp  # beyond the grid: a bound, never the grid's end as a value
 
 
 def test_entropy_handles_zero_probabilities():

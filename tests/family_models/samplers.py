@@ -58,7 +58,7 @@ def bd3lm_sample(model, prompt, *, num_blocks, steps_per_block, mask_id, generat
     """BD3-LM's semi-autoregressive sampler: the sequence grows one block at a time; inside the new block masked
     positions are revealed over ``steps_per_block`` steps, the model in ``sample_mode`` (block-causal)."""
     x, size = prompt, model.config.block_size
-    timesteps = torch.zeros(prompt.shape[0], 1)
+    timesteps = torch.zeros(prompt.shape[0])
     for _ in range(num_blocks):
         x = torch.cat([x, torch.full((x.shape[0], size), mask_id)], dim=1)
         for step in range(steps_per_block):

@@ -182,14 +182,21 @@ def effective_temperature(logits: Tensor, draws: Tensor, temperature: float) -> 
 
 def effective_temperature_from(total: Tensor, squares: Tensor, expected: Tensor, count: int, temperature: float,
                                grid: Tensor = TEMPERATURE_GRID) -> dict[str, float]:
-    """:func:`effective_temperature` from pooled :func:`surprisal_statistics`."""
+    """:func:`effective_temperature` from pooled :func:`surprisal_statistics`. The temperature is solved on the grid
+    of ratios ``[0.25, 4]``; beyond it (a greedy sampler: less surprised than any law on the grid) the value is not
+    reported, and ``effective_temperature_upper_bound`` (``0.25 tau``) or ``effective_temperature_lower_bound``
+    (``4 tau``) says what is known, as for censored times."""
     observed = float(total) / count
     intended = float(expected[int((grid - 1).abs().argmin())]) / count  # the grid holds ratio 1 exactly
     spread = math.sqrt(max(float(squares) / count - observed ** 2, 0.0) / count)
     curve = (expected / count).numpy()  # increases with the temperature ratio: a sharper law is less surprised
-    ratio = float(np.interp(observed, curve, grid.numpy()))
-    return {"effective_temperature": ratio * temperature, "surprisal_mean": observed, "entropy_mean": intended,
-            "surprisal_gap_z": (observed - intended) / spread if spread > 0 else math.nan}
+    out = {"surprisal_mean": observed, "entropy_mean": intended,
+           "surprisal_gap_z": (observed - intended) / spread if spread > 0 else math.nan}
+    if observed < curve[0]:
+        return {"effective_temperature_upper_bound": float(grid[0]) * temperature, **out}
+    if observed > curve[-1]:
+        return {"effective_temperature_lower_bound": float(grid[-1]) * temperature, **out}
+    return {"effective_temperature": float(np.interp(observed, curve, grid.numpy())) * temperature, **out}
 
 
 __all__ = ["TEMPERATURE_GRID", "CommitTracker", "DecodingSummary", "distinct_n", "duplicate_rate",

@@ -192,7 +192,9 @@ class DecodingQuality(Metric):
 
 class EffectiveTemperature(Metric):
     """The temperature draws actually came from, against the intended one (:func:`effective_temperature`):
-    ``effective_temperature``, ``surprisal_mean``, ``entropy_mean``, ``surprisal_gap_z``. Sums only, so DDP pools."""
+    ``effective_temperature`` (or, beyond the grid of 0.25 to 4 times the intended temperature, only
+    ``effective_temperature_upper_bound`` / ``_lower_bound``), ``surprisal_mean``, ``entropy_mean``,
+    ``surprisal_gap_z``. Sums only, so DDP pools."""
 
     full_state_update = False
     total: Tensor

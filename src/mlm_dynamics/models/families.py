@@ -10,8 +10,9 @@ A family is recognised from its model (``config.model_type``, ``config.architect
 - **padding**: LLaDA and Dream pad with EOS, which answers also end with; EOS stays a token the chains may propose
   and resample, and padding travels as an explicit per-row attention mask in the family's own format (a 2-D mask for
   LLaDA; Dream's boolean ``[B, 1, L, L]`` mask with position ids counting the real tokens);
-- **time**: MDLM and BD3-LM take ``timesteps`` (``[B]``, BD3-LM ``[B, 1]``) and were trained with or without time
-  conditioning (``config.time_conditioning``: without it they see 0, as their own samplers give them); SEDD takes
+- **time**: MDLM and BD3-LM take ``timesteps [B]`` (BD3-LM's Hugging Face port fails on ``[B, 1]``) and were
+  trained with or without time conditioning (``config.time_conditioning``: without it they see 0, as their own
+  samplers give them); SEDD takes
   ``sigma [B]`` always, at the noise level of the call's masked fraction (:func:`.full_sequence.loglinear_sigma`);
 - extra arguments of the sampling path (BD3-LM: ``sample_mode=True``, block-causal attention over the sequence so
   far) and the **block size** of block-diffusion models (:class:`~mlm_dynamics.sampling.blocks.BlockSchedule`);
@@ -48,7 +49,7 @@ class Family:
         logit_shift: 1 where the logits at ``i - 1`` predict token ``i``.
         attention: ``"none"``, ``"mask"`` (``attention_mask [B, L]``, 1: attend) or ``"dream"`` (4-D + positions).
         pad_is_eos: padding is the EOS id, carried as an attention mask; EOS stays resampleable.
-        time_argument, time_shape: keyword of the noise level and its shape after ``[B]`` (``(1,)``: ``[B, 1]``).
+        time_argument: keyword of the noise level (a ``[B]`` tensor).
         time_conditioning: ``"config"`` (``config.time_conditioning``), ``"always"`` or ``"never"``.
         call_kwargs: constant keyword arguments of the sampling path.
         block_size_from: the config attribute of the block size (block diffusion).
@@ -67,7 +68,6 @@ class Family:
     attention: str = "none"
     pad_is_eos: bool = False
     time_argument: str | None = None
-    time_shape: tuple[int, ...] = ()
     time_conditioning: str = "never"
     call_kwargs: Mapping[str, Any] = field(default_factory=dict)
     block_size_from: str | None = None
@@ -97,7 +97,7 @@ FAMILIES: dict[str, Family] = {family.name: family for family in (
            time_conditioning="config"),
     Family("bd3lm", "BD3-LM (kuleshov-group): block diffusion, block-causal attention in sample mode",
            model_types=("bd3lm",), class_names=("BD3LM",), mask_id="last", time_argument="timesteps",
-           time_shape=(1,), time_conditioning="config", call_kwargs={"sample_mode": True},
+           time_conditioning="config", call_kwargs={"sample_mode": True},
            block_size_from="block_size"),
     Family("sedd", "SEDD (Lou, Meng and Ermon): score entropy discrete diffusion with the absorbing graph",
            class_names=("SEDD",), mask_id="last", time_argument="sigma", time_conditioning="always", graph="absorb"),
@@ -154,8 +154,8 @@ def vocabulary_size(model: Any) -> int:
 
 def time_condition_of(family: Family, model: Any, time_conditioning: bool | None
                       ) -> Callable[[Tensor, Tensor], dict[str, Tensor]] | None:
-    """The noise-level argument of each call: ``sigma(K / L)`` on the log-linear schedule, or zeros for models
-    trained without time conditioning; shaped as the family takes it. ``None`` for families without one."""
+    """The noise-level argument of each call, ``[B]``: ``sigma(K / L)`` on the log-linear schedule, or zeros for
+    models trained without time conditioning. ``None`` for families without one."""
     if family.time_argument is None:
         return None
     if time_conditioning is None:
@@ -164,12 +164,12 @@ def time_condition_of(family: Family, model: Any, time_conditioning: bool | None
             raise ValueError(f"time_conditioning: the {family.name} model's config does not say whether it was "
                              "trained with time conditioning; pass time_conditioning=True or False")
         time_conditioning = family.time_conditioning == "always" or bool(declared)
-    name, shape, on = family.time_argument, family.time_shape, time_conditioning
+    name, on = family.time_argument, time_conditioning
 
     def condition(tokens: Tensor, positions: Tensor) -> dict[str, Tensor]:
         t = masked_fraction(tokens, positions)
         sigma = loglinear_sigma(t) if on else torch.zeros_like(t)
-        return {name: sigma.view(-1, *shape)}
+        return {name: sigma}
 
     return condition
 

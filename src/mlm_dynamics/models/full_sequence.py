@@ -158,7 +158,15 @@ class FullSequenceDenoiser(Denoiser):
         kwargs = dict(self.condition(masked, positions)) if self.condition is not None else {}
         if self.attention is not None:
             kwargs.update(self.attention(attention_mask))
-        output = self.model(masked, **kwargs)
+        try:
+            output = self.model(masked, **kwargs)
+        except (AssertionError, TypeError) as error:  # the model refused the call's form, often without a word
+            shown = ", ".join(f"{k}={tuple(v.shape) if isinstance(v, Tensor) else v!r}" for k, v in kwargs.items())
+            raise RuntimeError(
+                f"model: {type(self.model).__name__} refused model(tokens {tuple(masked.shape)}"
+                f"{', ' + shown if shown else ''}) with {type(error).__name__}: {error or '(no message)'}; a "
+                "published family is attached with the arguments its sampler passes by denoiser_for(model) or "
+                "load_diffusion_lm(path) (BD3-LM: timesteps [B], sample_mode=True, SDPA attention)") from error
         logits = output.logits if hasattr(output, "logits") else output[0] if isinstance(output, tuple) else output
         if not isinstance(logits, Tensor) or logits.dim() != 3 or logits.shape[:2] != tokens.shape:
             raise RuntimeError(f"model must return [B, L, V] logits (a tensor, a tuple or an output with .logits), "

@@ -16,6 +16,7 @@ not the model's uncertainty.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,13 +100,21 @@ class BlockSchedule:
             return view
         return tokens
 
-    def sites(self, tokens: Tensor, index: int) -> Tensor:
-        """``[B, block_size]``: the positions of block ``index`` for every row (the ``sites=`` of the chains,
-        couplings and rectangles on it)."""
+    def sites(self, tokens: Tensor, index: int, frame_ids: Sequence[int] = ()) -> Tensor:
+        """``[B, n]``: the positions of block ``index`` for every row (the ``sites=`` of the chains, couplings and
+        rectangles on it), without those holding one of ``frame_ids`` (BD3-LM's BOS in block 0: pass
+        ``denoiser.vocab.frame_ids``); rows must agree on which those are."""
         positions = torch.tensor(list(self.block(index)), device=tokens.device)
         if positions[-1] >= tokens.shape[1]:
             raise ValueError(f"index: block {index} ends beyond the {tokens.shape[1]} positions of the tokens")
-        return positions.expand(tokens.shape[0], -1)
-
+        frame = torch.isin(tokens[:, positions], torch.tensor(list(frame_ids), dtype=tokens.dtype,
+                                                               device=tokens.device))
+        if bool((frame != frame[:1]).any()):
+            raise ValueError(f"tokens: rows hold frame tokens at different positions of block {index}; give each "
+                             "row's sites with Denoiser.padded_sites(tokens, where=...)")
+        kept = positions[~frame[0]]
+        if not len(kept):
+            raise ValueError(f"index: block {index} holds frame tokens only")
+        return kept.expand(tokens.shape[0], -1)
 
 __all__ = ["FUTURES", "BlockSchedule"]

@@ -326,6 +326,13 @@ class GlauberSampler(nn.Module):
         elif counts.shape != (sites.shape[0],) or counts.min() < 1 or counts.max() > n:
             raise ValueError(f"site_counts must be [B] counts in [1, {n}], got {counts.tolist()}")
         valid = torch.arange(n, device=sites.device) < counts[:, None]
+        fixed = ~self.denoiser.free_mask(tokens).gather(1, sites) & valid
+        if bool(fixed.any()):
+            row, slot = (int(i) for i in fixed.nonzero()[0])
+            raise ValueError(f"sites: position {int(sites[row, slot])} of row {row} holds a frame token "
+                             f"({int(tokens[row, sites[row, slot]])}, e.g. BOS) or has no conditional; it is never "
+                             "resampled (BlockSchedule.sites(..., frame_ids=denoiser.vocab.frame_ids) leaves such "
+                             "positions out)")
         ordered = torch.where(valid, sites, -1 - torch.arange(n, device=sites.device)).sort(1).values
         if ((ordered.diff(dim=1) == 0) & (ordered[:, 1:] >= 0)).any():
             raise ValueError("sites must be distinct within each row")
