@@ -359,3 +359,20 @@ def test_a_model_that_refuses_the_call_is_named_with_the_call_it_got(directories
     with pytest.raises(RuntimeError, match=r"BD3LM refused model\(tokens \(1, 6\), sample_mode=True, timesteps=\(1,\)"
                                            r"\) with AssertionError: Sampling only supported with SDPA"):
         denoiser_for(model).conditional_logits(torch.randint(3, 30, (1, 6)), torch.tensor([[2]]))
+
+
+@pytest.mark.parametrize("family", ["llada", "dream"])
+def test_visible_padding_without_an_attention_mask_is_warned_about_once(family, directories):
+    """LLaDA and Dream pad with EOS, a real token: a left-padded row given without attention_mask= has conditionals
+    that differ from the unpadded row's. The adapter says so once; with the mask it says nothing."""
+    denoiser = attach(family, directories)[0]
+    tokens, mask = batch(True)
+    positions = torch.tensor([[4], [6], [8]])
+    with pytest.warns(RuntimeWarning, match=r"rows \[1\] start with the padding id 2"):
+        denoiser.conditional_logits(tokens, positions)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        denoiser.conditional_logits(tokens, positions)  # once only
+        attach(family, directories)[0].conditional_logits(tokens, positions, mask)  # the mask given: silent

@@ -273,8 +273,13 @@ def denoiser_for(model: Any, tokenizer: Any = None, *, family: str | None = None
     def condition(tokens: Tensor, positions: Tensor) -> dict[str, Any]:
         return {**constants, **(time(tokens, positions) if time is not None else {})}
 
+    padding = None
+    if chosen.pad_is_eos:
+        padding = getattr(tokenizer, "pad_token_id", None)
+        padding = padding if padding is not None else getattr(getattr(model, "config", None), "pad_token_id", None)
     return FullSequenceDenoiser(model, vocab, condition=condition if time is not None or constants else None,
-                                logit_shift=chosen.logit_shift, attention=attention_format(chosen), family=chosen.name)
+                                logit_shift=chosen.logit_shift, attention=attention_format(chosen), family=chosen.name,
+                                padding_id=padding)
 
 
 def load_diffusion_lm(name_or_path: str, *, trust_remote_code: bool = False, family: str | None = None,

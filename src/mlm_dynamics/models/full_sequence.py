@@ -28,6 +28,7 @@ restore them.
 from __future__ import annotations
 
 import inspect
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -105,6 +106,9 @@ class FullSequenceDenoiser(Denoiser):
         attention: optional ``mask -> kwargs`` passing padding (a bool ``[B, L]``, or ``None``) to the model; without
             it, rows with padding are refused.
         family: the family name, when built for one (:mod:`~mlm_dynamics.models.families`).
+        padding_id: the id that pads rows when it is also a real token (LLaDA's and Dream's EOS): a row that starts
+            with it while no ``attention_mask`` is given is warned about once (the model would attend to the
+            padding, and the conditionals be off).
 
     Examples:
         Any function from tokens ``[B, L]`` to logits ``[B, L, V]`` (here uniform ones) becomes a denoiser:
@@ -127,7 +131,7 @@ class FullSequenceDenoiser(Denoiser):
     def __init__(self, model: nn.Module | Callable[..., Any], vocab: VocabInfo, *,
                  condition: Condition | None = None, logit_shift: int = 0,
                  attention: Callable[[Tensor | None], Mapping[str, Any]] | None = None,
-                 family: str | None = None) -> None:
+                 family: str | None = None, padding_id: int | None = None) -> None:
         super().__init__()
         if vocab.mask_id is None:
             raise ValueError("vocab.mask_id is required: FullSequenceDenoiser writes it into masked positions")
@@ -141,6 +145,7 @@ class FullSequenceDenoiser(Denoiser):
         self.attention = attention
         self.takes_attention_mask = attention is not None
         self.family = family
+        self.padding_id, self.warned_padding = padding_id, False
         self.register_buffer("forbidden", ~vocab.allowed_mask(), persistent=False)
 
     def free_mask(self, tokens: Tensor, attention_mask: Tensor | None = None) -> Tensor:
@@ -154,6 +159,14 @@ class FullSequenceDenoiser(Denoiser):
         if bool((positions < self.logit_shift).any()):
             raise ValueError(f"positions: with logit_shift={self.logit_shift} the conditional of position i is read "
                              f"at i - {self.logit_shift}, so positions below {self.logit_shift} have none")
+        if attention_mask is None and self.padding_id is not None and not self.warned_padding:
+            padded = (tokens[:, 0] == self.padding_id).nonzero().squeeze(1)
+            if len(padded):
+                self.warned_padding = True
+                warnings.warn(f"tokens: rows {padded.tolist()[:5]} start with the padding id {self.padding_id} and no "
+                              "attention_mask= was given: the model attends to the padding, so their conditionals "
+                              "are not those of the unpadded rows; pass attention_mask= (1: a real token)",
+                              RuntimeWarning, stacklevel=4)
         masked = mask_positions(tokens, positions, self.mask_id)
         kwargs = dict(self.condition(masked, positions)) if self.condition is not None else {}
         if self.attention is not None:
