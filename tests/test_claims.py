@@ -1,6 +1,7 @@
 """The claims' verdicts calibrated on models whose truth is known: synthetic scaling laws, the 1-D Ising chain (no
-phase transition) and the Curie-Weiss model (a transition at tau = J). Each rule is shown to fail where its claim is
-false, not only to hold where it is true."""
+phase transition) and the Curie-Weiss model (a transition at tau = J). Each rule is shown to come out each way it
+can, to stay away from the statement its name does not make (n^1.5 is not n log n, n^4 is not exponential), and
+never to refute what the design could not have seen."""
 
 import math
 
@@ -15,14 +16,14 @@ from mlm_dynamics.diagnostics.claims import (
     Evidence,
     assess_claims,
     fast_mixing,
+    faster_than_cubic,
     metastability,
     minimum_pairs,
-    quadratic_slope,
 )
 from mlm_dynamics.diagnostics.influence import InfluenceEstimate
 from mlm_dynamics.diagnostics.meeting import MeetingTimes, meeting_times
 from mlm_dynamics.diagnostics.rectangle import RectangleReport
-from mlm_dynamics.diagnostics.scaling import fit_scaling
+from mlm_dynamics.diagnostics.scaling import fit_scaling, polynomial_slope
 from mlm_dynamics.experiments.config import SweepConfig, load_config
 from mlm_dynamics.experiments.sweep import run_sweep
 from mlm_dynamics.models.toy import PairwiseMRFDenoiser
@@ -30,12 +31,13 @@ from mlm_dynamics.sampling.glauber import GlauberSampler
 
 REPLICATES = 200
 ISING_DESIGN = (64, (4, 8, 16, 32))  # pairs per cell, lengths: the shipped sweep-ising
-ANTIBERTY_DESIGN = (4, (4, 8, 16))  # the shipped sweep-antiberty
+LONG_DESIGN = (64, (4, 8, 16, 32, 64, 128))  # lengths at which n^1.5 (slope 1.11) parts from n log n (1)
+CURIE_WEISS_DESIGN = (64, (4, 8, 12))  # the shipped sweep-curie-weiss
 
 
-def synthetic(law, design, generator, spread=0.8):
-    """Meeting times ``law(n) * G`` at the highest temperature of a design, ``G`` Gamma with mean 1 and coefficient of
-    variation ``spread`` (0.8: what coalescence times of the Ising chain show at n = 4-8)."""
+def synthetic(law, design, generator, spread=1.0):
+    """Meeting times ``law(n) * G`` at one temperature, ``G`` Gamma with mean 1 and coefficient of variation
+    ``spread`` (1: exponential, as escape times over a barrier; the laws are scaled so that no time is below 1)."""
     pairs, lengths = design
     shape = 1 / spread**2
     times = {(4.0, n): MeetingTimes(torch.from_numpy(law(n) * generator.gamma(shape, 1 / shape, pairs)),
@@ -43,34 +45,69 @@ def synthetic(law, design, generator, spread=0.8):
     return Evidence(times=times, power_resamples=0)
 
 
-def holds_rate(law, design):
+def rates(rule, law, design):
+    """How often ``rule`` says each verdict over :data:`REPLICATES` independent samples of the design."""
     generator = np.random.default_rng(0)
-    return sum(fast_mixing(synthetic(law, design, generator)).verdict == HOLDS for _ in range(REPLICATES)) / REPLICATES
+    found = [rule(synthetic(law, design, generator)).verdict for _ in range(REPLICATES)]
+    return {verdict: found.count(verdict) / REPLICATES for verdict in (HOLDS, FAILS, OPEN)}
 
 
-def test_fast_mixing_holds_on_n_log_n_and_not_on_n_squared_at_the_ising_design():
-    """With 64 pairs per length the slope's interval is about +-0.1 wide: n log n (slope 1) holds in nearly every
-    replicate, and n^2 (slope 1.39 at n = 4..32) can only pass when its interval falls below its own slope, at most
-    2.5 % by the t-interval's level; 5 % leaves room for 200 replicates' Monte-Carlo error (sd 1 %)."""
-    assert holds_rate(lambda n: 2.0 * n * math.log(n), ISING_DESIGN) >= 0.8
-    assert holds_rate(lambda n: 0.5 * n * n, ISING_DESIGN) <= 0.05
+N_LOG_N, N_15, N_2 = (lambda n: 20 * n * math.log(n)), (lambda n: 20 * n**1.5), (lambda n: 5.0 * n * n)
 
 
-def test_fast_mixing_cannot_hold_on_n_squared_at_the_small_antiberty_design():
-    """At 4 pairs per length the rule has little power (documented in "How the verdicts are decided"), but it still
-    does not say "holds" for n^2 growth."""
-    assert holds_rate(lambda n: 0.5 * n * n, ANTIBERTY_DESIGN) <= 0.05
-    assert quadratic_slope([4, 8, 16], [4, 4, 4]) == pytest.approx(1.332, abs=1e-3)
+def test_fast_mixing_is_n_log_n_not_slower_than_n_squared():
+    """At n = 4..32, n^1.5 has slope 1.04 on log(n log n) against n log n's 1: the rule holds only when the interval
+    (97.5 %, two-sided) lies below n^1.5's slope, so n^1.5 passes in about 1.25 % of samples by the interval's level
+    (exponential log-times are skewed: measured 3.5 % of 200; 5 % allows the Monte-Carlo error of 1.3 %), n^2 never.
+    n log n itself holds in only 9.5 % at these lengths (they cannot tell it from n^1.5), and in 68.5 % with lengths
+    to 128 (n^1.5: slope 1.11). It never says "does not hold"."""
+    assert rates(fast_mixing, N_15, ISING_DESIGN)[HOLDS] <= 0.05
+    assert rates(fast_mixing, N_2, ISING_DESIGN)[HOLDS] == 0
+    assert rates(fast_mixing, N_LOG_N, LONG_DESIGN)[HOLDS] >= 0.6
+    assert rates(fast_mixing, N_2, ISING_DESIGN)[FAILS] == 0
+    assert polynomial_slope([4, 8, 16], [4, 4, 4], 1.5) == pytest.approx(1.0, abs=2e-3)  # no design on 4..16 can tell
 
 
-def test_growth_rules_need_enough_pairs_and_say_so():
-    """The 90 % quantile has an upper bound at confidence c only with 1 - 0.9^m >= c pairs."""
+def test_metastable_means_exponential_not_a_steep_polynomial():
+    """Escape times e^{0.57 n} (Curie-Weiss at tau = 0.4 J) at n = 4, 8, 12 with 64 pairs: the lower bound of the
+    90 % quantile's rate is above 0 in most samples (measured 0.705 of 200); pure n^4 (the old rule called it
+    metastable every time) passes in 2 % (the lower bound is one-sided at 1.25 %; 4 % allows the Monte-Carlo error
+    of 1 %); a small rate (e^{0.04 n} n log n) is never refuted."""
+    assert rates(metastability, lambda n: math.exp(0.57 * n), CURIE_WEISS_DESIGN)[HOLDS] >= 0.6
+    assert rates(metastability, lambda n: 0.1 * n**4, CURIE_WEISS_DESIGN)[HOLDS] <= 0.04
+    small = rates(metastability, lambda n: 20 * math.exp(0.04 * n) * n * math.log(n), CURIE_WEISS_DESIGN)
+    assert small[FAILS] == 0
+
+
+def test_faster_than_n3_comes_out_each_way():
+    """The polynomial statement about the lengths measured can be refuted: n log n does not hold in nearly every
+    sample, n^4 holds in most (its exponent's lower bound above 3)."""
+    assert rates(faster_than_cubic, N_LOG_N, CURIE_WEISS_DESIGN)[FAILS] >= 0.9
+    assert rates(faster_than_cubic, lambda n: 0.1 * n**4, CURIE_WEISS_DESIGN)[HOLDS] >= 0.7
+
+
+def test_growth_rules_say_what_limits_them():
+    """The 90 % quantile has an upper bound at confidence c only with 1 - 0.9^m >= c pairs; when the quantile is
+    censored, the budget limits the decision, not the pairs, and the claim says so."""
     assert minimum_pairs(0.9, 0.95) == 29 and minimum_pairs(0.5, 0.95) == 5
     times = {(tau, n): MeetingTimes(torch.full((4,), 10.0 * n), torch.zeros(4, dtype=torch.bool))
              for tau in (0.5, 2.0) for n in (4, 16)}
-    claim = metastability(Evidence(times=times, power_resamples=0))
+    claim = faster_than_cubic(Evidence(times=times, power_resamples=0))
     assert claim.verdict == OPEN and any("needs >=" in line for line in claim.evidence)
     assert "4 pairs per cell" in claim.sample
+    censored = dict(times)
+    censored[(0.5, 16)] = MeetingTimes(torch.full((64,), 500.0), torch.ones(64, dtype=torch.bool), max_steps=500)
+    claim = faster_than_cubic(Evidence(times=censored, power_resamples=0))
+    assert any("step budget limits the decision" in line for line in claim.evidence)
+    assert metastability(Evidence(times=times, power_resamples=0)).verdict == OPEN  # two lengths: cannot tell
+
+
+def test_no_n_log_n_constant_where_growth_outpaces_n_squared():
+    """C(tau) is the constant of an n log n law: data growing like n^3 get none, with the reason."""
+    generator = np.random.default_rng(1)
+    fit = fit_scaling({n: MeetingTimes(torch.from_numpy(n**3 * generator.gamma(4.0, 0.25, 32)),
+                                       torch.zeros(32, dtype=torch.bool)) for n in (4, 8, 16)})
+    assert math.isnan(fit.C) and "no n log n law, so no C(tau)" in fit.note
 
 
 def sweep(preset, overrides):
@@ -84,28 +121,35 @@ def verdicts(result):
 
 def test_ising_chain_is_not_called_metastable_even_with_a_large_budget():
     """The 1-D Ising chain has no transition: at low temperature its meeting times are long (polynomial in n with
-    a factor e^{2J/tau}; at tau = 0.5 the 90 % quantile goes from about 500 at n = 4 to 3900 at n = 12, k = 1.9),
-    but never grow faster than n^3, so neither growth claim holds with a budget that sees them."""
-    result = sweep("sweep-ising", ["grid.temperatures=[0.5,4.0]", "grid.lengths=[4,12]", "grid.max_steps=6000",
+    a factor e^{2J/tau}; at tau = 0.5 the 90 % quantile goes from about 500 at n = 4 to 3900 at n = 12), but they
+    grow like a polynomial, so neither metastability nor a moving boundary is claimed."""
+    result = sweep("sweep-ising", ["grid.temperatures=[0.5,4.0]", "grid.lengths=[4,8,12]", "grid.max_steps=6000",
                                    "drift.enabled=false", "lag.enabled=false"])
     found = verdicts(result)
-    assert found["metastable"] != HOLDS and found["boundary_moves_up"] != HOLDS
+    assert found["metastable"] != HOLDS and found["boundary_moves_up"] != HOLDS and found["faster_than_n3"] != HOLDS
+    assert FAILS not in (found["metastable"], found["boundary_moves_up"])  # a grid cannot refute them
 
 
-def test_curie_weiss_below_its_transition_is_metastable_and_the_boundary_moves_up():
-    """Curie-Weiss at tau = 0.4 J: escape times grow like e^{0.57 n}; from n = 4 to 12 the 90 % quantile outgrows
-    n^3 even counted from its confidence bounds, while at tau = 4 it grows like n log n."""
-    result = sweep("sweep-curie-weiss", ["grid.temperatures=[0.4,4.0]", "grid.lengths=[4,12]"])
+def test_curie_weiss_below_its_transition_grows_faster_than_n3_and_nothing_is_refuted():
+    """Curie-Weiss at tau = 0.4 J: escape times grow like e^{0.57 n}; from n = 4 to 12 the 90 % quantile outgrows n^3
+    even counted from its confidence bounds. Whether that growth is exponential the lengths 4, 8, 12 cannot say
+    with 64 pairs (the quantile's rate interval is about +-0.8 per site wide, and censored at n = 12): metastability
+    and the moving boundary stay inconclusive, never refuted, and say what would decide."""
+    result = sweep("sweep-curie-weiss", ["grid.temperatures=[0.4,4.0]", "grid.lengths=[4,8,12]"])
     found = verdicts(result)
-    assert found["metastable"] == HOLDS and found["boundary_moves_up"] == HOLDS
+    assert found["faster_than_n3"] == HOLDS
+    assert found["metastable"] != FAILS and found["boundary_moves_up"] != FAILS
+    metastable = next(c for c in result.claims.claims if c.name == "metastable")
+    assert found["metastable"] == HOLDS or any("could detect" in line for line in metastable.evidence)
 
 
 @pytest.mark.slow
 def test_shipped_presets_give_the_known_verdicts():
     ising = verdicts(sweep("sweep-ising", []))
-    assert ising["metastable"] != HOLDS and ising["boundary_moves_up"] != HOLDS and ising["fast_mixing"] == HOLDS
+    assert ising["metastable"] != HOLDS and ising["boundary_moves_up"] != HOLDS and ising["fast_mixing"] != FAILS
     curie_weiss = verdicts(sweep("sweep-curie-weiss", []))
-    assert curie_weiss["metastable"] == HOLDS and curie_weiss["boundary_moves_up"] == HOLDS
+    assert curie_weiss["faster_than_n3"] == HOLDS and FAILS not in (curie_weiss["metastable"],
+                                                                    curie_weiss["boundary_moves_up"])
 
 
 @pytest.mark.slow
@@ -137,7 +181,7 @@ def test_claims_name_what_they_read_and_contradictions():
     report = assess_claims(Evidence(times={(0.5, 8): stuck}, rectangles=rectangles, influence=influence))
     found = {c.name: c for c in report.claims}
     assert found["incompatible"].verdict == HOLDS and found["dobrushin"].verdict == OPEN
-    assert found["metastable"].verdict == OPEN and "one length" in found["metastable"].evidence[0]
+    assert found["metastable"].verdict == OPEN and "three lengths" in found["metastable"].evidence[0]
     assert any("below 1" in text and "tau=0.5" in text for text in report.contradictions)
     consistent = RectangleReport(values=torch.zeros(4), distances=torch.ones(4), tolerance=torch.full((4,), 1e-3))
     # no rectangle above the tolerance is not a proof of compatibility: inconclusive, never "does not hold"

@@ -22,7 +22,7 @@ fast when it is confidently below that.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -119,9 +119,91 @@ def fit_scaling(times_by_length: Mapping[int, MeetingTimes], *,
     constant, offset, constant_low, constant_high = _least_squares(n.log(), times / n, confidence)
     slope, _, slope_low, slope_high = _least_squares((n * n.log()).log(), times.log(), confidence)
     means = {k: float(times_by_length[k].times.double().mean()) for k in lengths}
+    quadratic = polynomial_slope(lengths, [times_by_length[k].times.numel() for k in lengths], 2.0)
+    if slope_low > quadratic:  # no n log n law to take a constant from
+        return ScalingFit(C=math.nan, C_low=math.nan, C_high=math.nan, B=math.nan, slope=slope, slope_low=slope_low,
+                          slope_high=slope_high, confidence=confidence, censored_fraction=censored,
+                          lengths=lengths, num_pairs=int(n.numel()), mean_times=means,
+                          note=f"growth faster than n^2 at these lengths (slope of log T on log(n log n) "
+                               f"[{slope_low:.2f}, {slope_high:.2f}], n^2 has {quadratic:.2f}): no n log n law, "
+                               "so no C(tau)")
     return ScalingFit(C=constant, C_low=constant_low, C_high=constant_high, B=offset, slope=slope,
                       slope_low=slope_low, slope_high=slope_high, confidence=confidence, censored_fraction=censored,
                       lengths=lengths, num_pairs=int(n.numel()), mean_times=means)
+
+
+def polynomial_slope(lengths: Sequence[int], counts: Sequence[int], power: float) -> float:
+    """The least-squares slope of ``log(n^power)`` on ``log(n log n)`` over ``counts[k]`` pairs at each
+    ``lengths[k]``: what ``n^power`` growth looks like to :func:`fit_scaling` at this design (``n log n`` has 1;
+    ``n^2`` has 1.33 at n = 4..16, 1.39 at 4..32; ``n^1.5`` has 1.00 and 1.04)."""
+    n = torch.cat([torch.full((c,), float(k), dtype=torch.float64) for k, c in zip(lengths, counts, strict=True)])
+    x, y = (n * n.log()).log(), power * n.log()
+    x = x - x.mean()
+    return float((x * (y - y.mean())).sum() / (x * x).sum())
+
+
+@dataclass(frozen=True)
+class ExponentialRate:
+    """The rate ``r`` per site of ``log Q = a + k log n + r n`` for the ``level`` quantile ``Q`` of the meeting time
+    at one temperature: growth faster than any polynomial where ``r > 0`` (``n^k`` has ``r = 0``, ``n log n`` a
+    slightly negative one, ``e^{r n}`` the rate itself; the upper quantile reads the slow mode of a two-basin chain,
+    whose pairs that start in one basin meet fast).
+
+    Attributes:
+        rate, low, high: the weighted least-squares ``r`` with its normal interval at ``confidence`` (``nan``
+            without three lengths).
+        censored: lengths whose quantile lies beyond the budget: it enters at the largest time seen there, a lower
+            bound, which can only lower ``r``.
+    """
+
+    temperature: float
+    rate: float
+    low: float
+    high: float
+    confidence: float
+    censored: list[int]
+    lengths: list[int]
+
+    def describe(self) -> str:
+        """``rate 0.52 [0.11, 0.93] per site (n = [4, 8, 12])``, with the censored lengths."""
+        censored = f"; quantile censored at n = {self.censored}, entered at the budget" if self.censored else ""
+        return f"rate {self.rate:.3g} [{self.low:.3g}, {self.high:.3g}] per site (n = {self.lengths}{censored})"
+
+
+def exponential_rate(times_by_length: Mapping[int, MeetingTimes], *, temperature: float, level: float = 0.9,
+                     confidence: float = DEFAULT_CONFIDENCE, resamples: int = 200,
+                     generator: torch.Generator | None = None) -> ExponentialRate:
+    """:class:`ExponentialRate` from ``{n: times}``: the log of each length's Kaplan-Meier ``level`` quantile, its
+    variance from ``resamples`` bootstrap resamples of that length's pairs, and the weighted least-squares fit on
+    ``[1, log n, n]`` (weights: the inverse variances; the lengths are independent samples, so the coefficient's
+    variance is the fit's ``(X' W X)^{-1}``). Cost: ``resamples`` quantiles per length."""
+    lengths = sorted(n for n, t in times_by_length.items() if t.times.numel())
+    if len(lengths) < 3:
+        return ExponentialRate(temperature, math.nan, math.nan, math.nan, confidence, [], lengths)
+    generator = generator if generator is not None else torch.Generator().manual_seed(0)
+    logs, variances, censored = [], [], []
+    for length in lengths:
+        cell = times_by_length[length]
+        # censoring happens at the budget only, above every met pair: the Kaplan-Meier quantile is the empirical one
+        # with the censored pairs last, and a quantile that lands on one lies beyond the budget
+        values = cell.times.double().cpu().masked_fill(cell.censored.bool().cpu(), math.inf)
+        index = math.ceil(level * len(values)) - 1
+        budget = max(float(cell.times.max()), 1.0)
+        picks = torch.randint(len(values), (resamples, len(values)), generator=generator)
+        both = torch.cat([values[None], values[picks]]).sort(1).values[:, index]  # the sample, then resamples
+        if math.isinf(float(both[0])):
+            censored.append(length)
+        log_quantile = both.clamp(1.0, budget).log()
+        logs.append(float(log_quantile[0]))
+        variances.append(max(float(log_quantile[1:].var()), 1e-6))
+    sizes = torch.tensor(lengths, dtype=torch.float64)
+    design = torch.stack([torch.ones_like(sizes), sizes.log(), sizes], 1)
+    weights = 1 / torch.tensor(variances, dtype=torch.float64)
+    covariance = torch.linalg.inv(design.T @ (weights[:, None] * design))
+    beta = covariance @ design.T @ (weights * torch.tensor(logs, dtype=torch.float64))
+    rate, error = float(beta[2]), math.sqrt(float(covariance[2, 2]))
+    half = float(stats.norm.ppf((1 + confidence) / 2)) * error
+    return ExponentialRate(temperature, rate, rate - half, rate + half, confidence, censored, lengths)
 
 
 def fit_by_temperature(times: Mapping[float, Mapping[int, MeetingTimes]], *,
@@ -232,5 +314,5 @@ def slow_brackets(times: Mapping[tuple[float, int], MeetingTimes], *,
     return out
 
 
-__all__ = ["SLOW_FACTOR", "Growth", "ScalingFit", "SlowBracket", "fit_by_temperature", "fit_scaling",
-           "growth_exponent", "slow_bracket", "slow_brackets"]
+__all__ = ["SLOW_FACTOR", "ExponentialRate", "Growth", "ScalingFit", "SlowBracket", "exponential_rate",
+           "fit_by_temperature", "fit_scaling", "growth_exponent", "polynomial_slope", "slow_bracket", "slow_brackets"]
