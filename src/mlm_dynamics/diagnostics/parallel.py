@@ -625,6 +625,21 @@ def check_rules(rules: Sequence[tuple[str, float]]) -> tuple[tuple[str, float], 
     return tuple(checked)
 
 
+def check_targets(targets: Sequence[float]) -> tuple[float, ...]:
+    """``targets`` as floats, or a ValueError naming them unless each is an error in (0, 1)."""
+    if any(isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < 1 for t in targets):
+        raise ValueError(f"targets must be errors in (0, 1), got {list(targets)!r}")
+    return tuple(float(t) for t in targets)
+
+
+def random_window(sites: Tensor, counts: Tensor, window: int, generator: torch.Generator) -> Tensor:
+    """``[B, window]``: for each row, ``window`` consecutive entries of its first ``counts[b]`` sites
+    (``sites [B, n_max]``), starting at an offset drawn uniformly from ``generator`` (one uniform per row)."""
+    room = (counts.to(sites.device) - window + 1).double()
+    offsets = (torch.rand(len(room), generator=generator, device=generator.device).to(sites.device) * room).long()
+    return sites.gather(1, offsets[:, None] + torch.arange(window, device=sites.device))
+
+
 DEFAULT_RULES: tuple[tuple[str, float], ...] = (("threshold", 0.9), ("factor", 1.0), ("frechet", 0.1))
 
 
@@ -649,9 +664,7 @@ def confidence_profile(denoiser: Denoiser, tokens: Tensor, candidates: Tensor, *
     """
     if isinstance(max_k, bool) or not isinstance(max_k, int) or max_k < 1:
         raise ValueError(f"max_k must be an integer >= 1, got {max_k!r}")
-    checked = check_rules(rules)
-    if any(isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < 1 for t in targets):
-        raise ValueError(f"targets must be errors in (0, 1), got {list(targets)!r}")
+    checked, chosen_targets = check_rules(rules), check_targets(targets)
     mask = check_commit_positions(denoiser, tokens, candidates, attention_mask)
     device = tokens.device
     candidates = candidates.to(device).long()
@@ -685,7 +698,7 @@ def confidence_profile(denoiser: Denoiser, tokens: Tensor, candidates: Tensor, *
         rows += error.forward_rows + estimate.forward_rows
     return ConfidenceProfile(positions=tree.positions, confidence=confidence, tv=tv, tv_low=tv_low, tv_high=tv_high,
                              first_order=first, certificate=certificate, exact=exact, rules=checked,
-                             targets=tuple(float(t) for t in targets), level=level, forward_rows=rows)
+                             targets=chosen_targets, level=level, forward_rows=rows)
 
 
 __all__ = [

@@ -24,7 +24,7 @@ import torch
 
 from .._random import as_generator
 from ..corpus import sample_sentences
-from ..diagnostics.parallel import RULES, ConfidenceProfile, confidence_profile
+from ..diagnostics.parallel import RULES, ConfidenceProfile, confidence_profile, random_window
 from ..models.base import Denoiser
 from ..models.cost import CostLedger
 from ..models.families import load_diffusion_lm
@@ -138,9 +138,7 @@ def run_parallel_decoding(config: ParallelDecodingConfig, *, ledger: CostLedger 
         if int(counts.min()) < config.window:
             raise ConfigError(f"window: {config.window} positions do not fit in a {spec.name} row with "
                               f"{int(counts.min())} resampled positions")
-        offsets = (torch.rand(len(rows), generator=generator, device=denoiser.device)
-                   * (counts - config.window + 1)).long()
-        candidates = sites.gather(1, offsets[:, None] + torch.arange(config.window, device=denoiser.device))
+        candidates = random_window(sites, counts, config.window, generator)
         with nullcontext() if ledger is None else ledger.phase(f"{spec.name}: profile"):
             profile = confidence_profile(denoiser, rows, candidates, max_k=config.window, rules=config.rules(),
                                          targets=config.targets, temperature=config.temperature,

@@ -26,7 +26,7 @@ from ..diagnostics.claims import ClaimsReport, Evidence, assess_claims
 from ..diagnostics.influence import InfluenceEstimate, estimate_influence
 from ..diagnostics.margins import LocalMargins, local_margins
 from ..diagnostics.meeting import MeetingTimes, meeting_times_of
-from ..diagnostics.parallel import ConfidenceProfile, confidence_profile
+from ..diagnostics.parallel import ConfidenceProfile, confidence_profile, random_window
 from ..diagnostics.rectangle import RectangleReport, sample_rectangles
 from ..embedders.base import HiddenStateEmbedder, cosine_distance
 from ..models.base import Denoiser, OutOfTime, forward_deadline
@@ -499,9 +499,8 @@ def measure_parallel(denoiser: Denoiser, tokens: Tensor, sites: Tensor, config: 
     spec = config.parallel
     rows, row_sites = tokens[: spec.num_contexts], sites[: spec.num_contexts].to(tokens.device)
     window = min(spec.window, row_sites.shape[1])
-    offsets = (torch.rand(len(rows), generator=generator, device=generator.device)
-               * (row_sites.shape[1] - window + 1)).long().to(rows.device)
-    candidates = row_sites.gather(1, offsets[:, None] + torch.arange(window, device=rows.device))
+    counts = torch.full((len(rows),), row_sites.shape[1], device=rows.device)
+    candidates = random_window(row_sites, counts, window, generator)
     return confidence_profile(denoiser, rows, candidates, max_k=window, temperature=config.main_temperature,
                               samples=spec.samples, level=1 - 0.05 / len(rows), generator=generator)
 

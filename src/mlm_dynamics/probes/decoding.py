@@ -6,7 +6,14 @@ from collections.abc import Sequence
 
 import torch
 
-from ..diagnostics.parallel import DEFAULT_RULES, ConfidenceProfile, check_rules, confidence_profile
+from ..diagnostics.parallel import (
+    DEFAULT_RULES,
+    ConfidenceProfile,
+    check_rules,
+    check_targets,
+    confidence_profile,
+    random_window,
+)
 from ..models.base import Denoiser
 from ..sampling.categorical import check_temperature
 from .base import SCHEDULE_KEYS, MetricKey, Probe
@@ -60,10 +67,7 @@ class ParallelDecodingProbe(Probe):
         self.samples = _check_int("samples", samples, 2)
         self.top_m = _check_int("top_m", top_m, 1)
         self.temperature = check_temperature(temperature)
-        self.rules = check_rules(rules)
-        if any(isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < 1 for t in targets):
-            raise ValueError(f"targets must be errors in (0, 1), got {list(targets)!r}")
-        self.targets = tuple(float(t) for t in targets)
+        self.rules, self.targets = check_rules(rules), check_targets(targets)
         self.latest: ConfidenceProfile | None = None
 
     def bind(self, denoiser: Denoiser, sample: StartStates) -> None:
@@ -83,11 +87,7 @@ class ParallelDecodingProbe(Probe):
         if window < 2:
             raise ValueError("start_tokens: a start row has fewer than 2 resampled positions; nothing to commit "
                              "together")
-        room = (starts.counts - window + 1).double()
-        offsets = (torch.rand(len(room), generator=generator, device=generator.device).to(room.device)
-                   * room).long()
-        index = offsets[:, None] + torch.arange(window, device=offsets.device)
-        candidates = starts.sites.gather(1, index)
+        candidates = random_window(starts.sites, starts.counts, window, generator)
         self.latest = confidence_profile(denoiser, starts.tokens, candidates, max_k=window, rules=self.rules,
                                          targets=self.targets, temperature=self.temperature, samples=self.samples,
                                          top_m=self.top_m, generator=generator,
