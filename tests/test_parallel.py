@@ -11,8 +11,8 @@ import torch
 from transformers import BertConfig, BertForMaskedLM
 
 from mlm_dynamics import FullSequenceDenoiser, MaskedLMDenoiser, PairwiseMRFDenoiser, VocabInfo
+from mlm_dynamics.diagnostics.means import betting_interval, betting_upper_limit
 from mlm_dynamics.diagnostics.parallel import (
-    betting_interval,
     confidence_profile,
     first_order_error,
     parallel_commit_error,
@@ -152,9 +152,11 @@ def test_exact_error_equals_an_independent_enumeration_on_a_tiny_bert():
         tv = 0.5 * sum(abs(seq[k] - par[k]) for k in seq)
         kl = sum(seq[k] * math.log(seq[k] / par[k]) for k in seq)
         spread = 0.5 * sum(abs(seq[k] - back[k[::-1]]) for k in seq)
-        assert error.tv[b].item() == pytest.approx(tv, abs=1e-9)
-        assert error.kl[b].item() == pytest.approx(kl, abs=1e-9)
-        assert error.order_spread[b].item() == pytest.approx(spread, abs=1e-9)
+        # float32 forwards of one row and of a batch differ by ~1e-7 relative (the kernels block differently by
+        # batch shape and CPU: 2e-7 measured on an AMD EPYC); a wrong law, order or temperature moves these by > 1e-3
+        assert error.tv[b].item() == pytest.approx(tv, abs=1e-6)
+        assert error.kl[b].item() == pytest.approx(kl, abs=1e-6)
+        assert error.order_spread[b].item() == pytest.approx(spread, abs=1e-6)
         assert error.order_spread[b].item() > 1e-3  # a random BERT's conditionals are incompatible
         two = parallel_commit_error(bert, tokens[b : b + 1], positions[b : b + 1, :2], temperature=0.8)
         two_bound = first_order_error(bert, tokens[b : b + 1], positions[b : b + 1, :2], temperature=0.8, top_m=6)
@@ -199,6 +201,19 @@ def test_the_betting_interval_covers_bernoulli_means_and_is_narrow():
         assert (high - low).mean() < (0.43 if p != 0.02 else 0.25)
     with pytest.raises(ValueError, match="samples must be >= 2"):
         betting_interval(terms[:, :1], 0.95)
+
+
+def test_the_betting_upper_limit_covers_one_sided_and_beats_the_two_sided_end():
+    """Bernoulli(p) samples of 16 for p = 0.05, 0.3: the one-sided 95 % limit covers in >= 93 % of 1000 replications
+    (3 binomial standard errors below the guarantee), never lies below the exact Clopper-Pearson limit of 0 in 16
+    (0.171, under which no valid limit can lie), and is on average below the two-sided 95 % interval's upper end."""
+    g = torch.Generator().manual_seed(1)
+    for p in (0.05, 0.3):
+        terms = (torch.rand(1000, 16, generator=g, dtype=torch.float64) < p).double()
+        high = betting_upper_limit(terms, 0.95)
+        assert (high >= p).double().mean() >= 0.93, p
+        assert (high < betting_interval(terms, 0.95)[1]).double().mean() > 0.5
+    assert 1 - 0.05 ** (1 / 16) <= float(betting_upper_limit(torch.zeros(16), 0.95)) < 0.35
 
 
 def test_the_influence_bound_is_first_order_and_a_parity_breaks_it():

@@ -35,9 +35,9 @@ from the last forward: Rao-Blackwellised), with ``r(u) = P(u) / Q(u)``:
     disagreement = E[1{parallel != sequential}].
 
 The ``tv`` and ``disagreement`` terms lie in ``[0, 1]``; their interval (``method``) is either ``betting``, the
-hedged-capital confidence set of Waudby-Smith and Ramdas (2024), valid at every ``N`` without a normal approximation
-(:func:`betting_interval`), or ``student``: mean +- t sd / sqrt N, approximate (``tests/test_parallel.py`` measures
-the achieved coverage of both against exact values). The ``kl`` interval is the normal one, approximate, and absent
+hedged-capital confidence set of Waudby-Smith and Ramdas (2024), valid at every ``N`` without a normal
+approximation (:func:`~.means.betting_interval`), or ``student``: mean +- t sd / sqrt N, approximate
+(``tests/test_parallel.py`` measures the achieved coverage of both against exact values). The ``kl`` interval is the normal one, approximate, and absent
 when a term is infinite.
 
 **Influence estimate** (:func:`first_order_error`): the chain rule for total variation gives, since ``P`` is a
@@ -78,6 +78,7 @@ from .._random import Randomness, as_generator
 from ..models.base import Denoiser, check_attention_mask, require_integer
 from ..models.toy import enumerate_states
 from ..sampling.categorical import check_temperature, check_truncation, inverse_cdf, tempered_log_probs
+from .means import betting_interval
 
 Law = Callable[[Tensor], Tensor]
 
@@ -95,7 +96,9 @@ class ParallelCommitError:
         certificate: ``[B]`` the Frechet-Hoeffding bound ``sum_i (1 - c_i)`` (valid for compatible conditionals).
         positions: ``[B, K]`` the positions in the order the sequential law committed them.
         exact: whether the values were enumerated; samples: Monte Carlo draws per row (0 when exact).
-        level: the intervals' level; forward_rows: rows through the model.
+        level: the intervals' level; forward_rows: rows through the model (with ``first_order``'s).
+        first_order: the influence estimate of the same set from the same root forward (:func:`first_order_error`),
+            where ``top_m`` was given.
     """
 
     positions: Tensor
@@ -115,6 +118,7 @@ class ParallelCommitError:
     samples: int
     level: float
     forward_rows: int
+    first_order: FirstOrderError | None = None
 
     def summary(self) -> dict[str, float]:
         """Means over rows of ``tv``, its interval ends, ``kl``, ``disagreement``, ``order_spread`` and the
@@ -129,43 +133,6 @@ class ParallelCommitError:
                 "order_spread": mean(self.order_spread), "certificate": mean(self.certificate),
                 "certificate_violated": float((self.tv_low > self.certificate + 1e-12).double().mean()),
                 "exact": float(self.exact), "samples": float(self.samples), "forward_rows": float(self.forward_rows)}
-
-
-def betting_interval(terms: Tensor, level: float, grid: int = 1000) -> tuple[Tensor, Tensor]:
-    """``(low, high)`` for the mean ``m`` of iid ``terms [..., N]`` in ``[0, 1]``: the hedged-capital confidence set of
-    Waudby-Smith and Ramdas (2024, "Estimating means of bounded random variables by betting", Theorem 3), with
-    their predictable plug-in bets. For each candidate ``m`` on a grid of ``grid + 1`` points, two gamblers bet on
-    ``x > m`` and ``x < m``:
-
-        K+(m) = prod_i (1 + min(l_i, c / m)(x_i - m)),   K-(m) = prod_i (1 - min(l_i, c / (1 - m))(x_i - m)),
-        l_i = sqrt(2 log(2 / alpha) / (s2_{i-1} i log(i + 1))),   c = 1/2,
-
-    (``s2``: the running variance estimate, started at 1/4); under ``m`` the hedged capital ``max(K+, K-) / 2`` is a
-    nonnegative martingale, so by Ville's inequality ``{m : max(K+, K-) / 2 < 1 / alpha}`` covers with probability
-    ``>= level`` at every ``N``, without a normal approximation; it is much narrower than the empirical-Bernstein
-    bound at small ``N``. The ends are widened by one grid step. Cost: ``O(grid N)`` per row."""
-    n = terms.shape[-1]
-    if n < 2:
-        raise ValueError(f"samples must be >= 2 for an interval, got {n}")
-    alpha = 1 - level
-    x = terms.double().clamp(0, 1)
-    index = torch.arange(1, n + 1, dtype=torch.float64, device=x.device)
-    squares = torch.nn.functional.pad(((x - (0.5 + x.cumsum(-1)) / (index + 1)) ** 2).cumsum(-1), (1, 0))[..., :-1]
-    variance_before = (0.25 + squares) / index  # the plug-in variance before i (around the running mean)
-    bet = (2 * math.log(2 / alpha) / (variance_before * index * torch.log1p(index))).sqrt()  # [..., N]
-    m = torch.linspace(0, 1, grid + 1, dtype=torch.float64, device=x.device)  # [G]
-    up = torch.minimum(bet[..., None, :], 0.5 / m.clamp_min(1e-12)[:, None])  # [..., G, N]
-    down = torch.minimum(bet[..., None, :], 0.5 / (1 - m).clamp_min(1e-12)[:, None])
-    gap = x[..., None, :] - m[:, None]
-    log_up = torch.log1p(up * gap).sum(-1)
-    log_down = torch.log1p(-down * gap).sum(-1)
-    kept = torch.maximum(log_up, log_down) - math.log(2) < math.log(1 / alpha)  # [..., G]
-    step = 1 / grid
-    position = torch.where(kept, m, torch.full_like(m, math.inf)).amin(-1)
-    low = (position - step).clamp(0, 1)
-    high = (torch.where(kept, m, torch.full_like(m, -math.inf)).amax(-1) + step).clamp(0, 1)
-    empty = ~kept.any(-1)  # no grid point kept (a set narrower than the grid): say nothing rather than too much
-    return torch.where(empty, torch.zeros_like(low), low), torch.where(empty, torch.ones_like(high), high)
 
 
 def confidences(law: Tensor) -> Tensor:
@@ -189,6 +156,14 @@ class _Tree:
         self.denoiser, self.tokens, self.positions, self.mask = denoiser, tokens, positions, mask
         self.law, self.chunk_size, self.rows = law, chunk_size, 0
         self.root = law(self._logits(tokens, positions, mask))  # [B, K, V], all of S masked: the parallel marginals
+
+    def head(self, n: int) -> _Tree:
+        """The tree of the first ``n`` positions, sharing this one's root (no forward; its ``rows`` start at 0)."""
+        tree = _Tree.__new__(_Tree)
+        tree.denoiser, tree.tokens, tree.mask, tree.law = self.denoiser, self.tokens, self.mask, self.law
+        tree.chunk_size, tree.rows = self.chunk_size, 0
+        tree.positions, tree.root = self.positions[:, :n], self.root[:, :n]
+        return tree
 
     def by_confidence(self) -> None:
         """Reorder each row's positions (and laws) by decreasing confidence: the order samplers commit in."""
@@ -288,8 +263,8 @@ def _draw(tree: _Tree, order: list[int], uniforms: Tensor) -> tuple[Tensor, Tens
 
 
 def interval(terms: Tensor, level: float, method: str) -> tuple[Tensor, Tensor]:
-    """``(low, high)`` for the mean of iid ``terms [..., N]`` in ``[0, 1]``: ``betting`` (:func:`betting_interval`,
-    coverage guaranteed) or ``student`` (mean +- t sd / sqrt N, approximate: 0.92 achieved at a nominal 0.95 with 32
+    """``(low, high)`` for the mean of iid ``terms [..., N]`` in ``[0, 1]``: ``betting``
+    (:func:`~.means.betting_interval`, coverage guaranteed) or ``student`` (mean +- t sd / sqrt N, approximate: 0.92 achieved at a nominal 0.95 with 32
     and 64 draws, 0.81 with 16, on tiny BERTs), clipped to ``[0, 1]``."""
     if method == "betting":
         return betting_interval(terms, level)
@@ -349,7 +324,7 @@ def parallel_commit_error(denoiser: Denoiser, tokens: Tensor, positions: Tensor,
                           samples: int = 256, max_rows: int = 4096, level: float = 0.95,
                           generator: Randomness = 0, attention_mask: Tensor | None = None,
                           order: Literal["given", "confidence"] = "given",
-                          method: Literal["betting", "student"] = "betting",
+                          method: Literal["betting", "student"] = "betting", top_m: int | None = None,
                           chunk_size: int = 256) -> ParallelCommitError:
     """The error of committing ``positions [B, K]`` of ``tokens [B, L]`` at once against one at a time in the
     column order given, or with ``order="confidence"`` the most confident first (each row's positions sorted by
@@ -358,8 +333,9 @@ def parallel_commit_error(denoiser: Denoiser, tokens: Tensor, positions: Tensor,
     Exact by enumeration when ``1 + A + ... + A^(K-1)`` rows per row fit in ``max_rows`` (``A``: allowed ids) and
     the ``A^K`` joint values in ``16 max_rows``; else Monte Carlo with ``samples`` draws per row. ``orders``: other
     orders compared for the spread (the reversed order first). The values at ``positions`` in ``tokens`` are
-    ignored (masked). Cost: exact ``B (1 + A + ... + A^(K-1))`` forward rows per order; Monte Carlo
-    ``B (1 + samples (K - 1) (1 + orders))``.
+    ignored (masked). ``top_m``: also the influence estimate of the set (:attr:`ParallelCommitError.first_order`),
+    sharing the root forward. Cost: exact ``B (1 + A + ... + A^(K-1))`` forward rows per order; Monte Carlo
+    ``B (1 + samples (K - 1) (1 + orders))``; with ``top_m``, ``B K top_m`` more.
 
     Examples:
         Two positions of an independent model: committing them together is exact (error 0, up to the toy's float32
@@ -373,30 +349,49 @@ def parallel_commit_error(denoiser: Denoiser, tokens: Tensor, positions: Tensor,
         >>> error.exact, [round(v, 6) for v in error.tv.tolist()], [round(v, 6) for v in error.order_spread.tolist()]
         (True, [0.0, 0.0], [0.0, 0.0])
     """
-    check_temperature(temperature)
-    check_truncation(top_k, top_p)
-    if not 0 < level < 1:
-        raise ValueError(f"level must lie in (0, 1), got {level!r}")
     if order not in ("given", "confidence"):
         raise ValueError(f"order must be 'given' or 'confidence', got {order!r}")
-    if method not in ("betting", "student"):
-        raise ValueError(f"method must be 'betting' or 'student', got {method!r}")
-    for name, value, least in (("orders", orders, 0), ("samples", samples, 2), ("max_rows", max_rows, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
+    _check_estimation(temperature, top_k, top_p, level, method, orders=orders, samples=samples, max_rows=max_rows,
+                      top_m=top_m)
     mask = check_commit_positions(denoiser, tokens, positions, attention_mask)
     device = tokens.device
-    positions = positions.to(device).long()
-    allowed = denoiser.vocab.allowed_mask(device).nonzero().squeeze(1)
-    batch, k_total = positions.shape
+    tree = _Tree(denoiser, tokens.long(), positions.to(device).long(), mask,
+                 _sampler_law(denoiser, temperature, top_k, top_p, device), chunk_size)
+    if order == "confidence":
+        tree.by_confidence()
+    error = _commit_error(tree, orders=orders, samples=samples, max_rows=max_rows, level=level, method=method,
+                          generator=as_generator(generator, "parallel_commit_error", device=device))
+    if top_m is not None:
+        error.first_order = _first_order(tree, top_m)
+        error.forward_rows = tree.rows
+    return error
+
+
+def _check_estimation(temperature: float, top_k: int | None, top_p: float | None, level: float, method: str,
+                      **counts: int | None) -> None:
+    """A ValueError naming the first argument of :func:`parallel_commit_error` out of its range (``counts``:
+    ``orders >= 0``, ``samples >= 2``, ``max_rows >= 1``, ``top_m >= 1``; ``None`` skipped)."""
+    check_temperature(temperature)
+    check_truncation(top_k, top_p)
+    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
+        raise ValueError(f"level must lie in (0, 1), got {level!r}")
+    if method not in ("betting", "student"):
+        raise ValueError(f"method must be 'betting' or 'student', got {method!r}")
+    least = {"orders": 0, "samples": 2}
+    for name, value in counts.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least.get(name, 1)):
+            raise ValueError(f"{name} must be an integer >= {least.get(name, 1)}, got {value!r}")
+
+
+def _commit_error(tree: _Tree, *, orders: int, samples: int, max_rows: int, level: float,
+                  method: Literal["betting", "student"], generator: torch.Generator) -> ParallelCommitError:
+    """:func:`parallel_commit_error` of a tree whose root is computed (its rows counted)."""
+    device = tree.tokens.device
+    allowed = tree.denoiser.vocab.allowed_mask(device).nonzero().squeeze(1)
+    batch, k_total = tree.positions.shape
     a = len(allowed)
     tree_rows = sum(a ** k for k in range(k_total))
     exact = tree_rows <= max_rows and a ** k_total <= 16 * max_rows
-    generator = as_generator(generator, "parallel_commit_error", device=device)
-    tree = _Tree(denoiser, tokens.long(), positions, mask, _sampler_law(denoiser, temperature, top_k, top_p, device),
-                 chunk_size)
-    if order == "confidence":
-        tree.by_confidence()
     certificate = (1 - confidences(tree.root)).sum(-1)
     sequence = _orders(k_total, orders, generator)
     nan = torch.full((batch,), math.nan, dtype=torch.float64, device=device)
@@ -480,15 +475,20 @@ def first_order_error(denoiser: Denoiser, tokens: Tensor, positions: Tensor, *, 
 
     Cost: ``B (1 + K top_m)`` forward rows (against ``B (1 + A + ... + A^(K-1))`` for the exact error).
     """
-    check_temperature(temperature)
-    check_truncation(top_k, top_p)
-    if isinstance(top_m, bool) or not isinstance(top_m, int) or top_m < 1:
-        raise ValueError(f"top_m must be an integer >= 1, got {top_m!r}")
+    _check_estimation(temperature, top_k, top_p, 0.5, "betting", top_m=top_m)
     mask = check_commit_positions(denoiser, tokens, positions, attention_mask)
     device = tokens.device
-    positions = positions.to(device).long()
-    tree = _Tree(denoiser, tokens.long(), positions, mask, _sampler_law(denoiser, temperature, top_k, top_p, device),
-                 chunk_size)
+    tree = _Tree(denoiser, tokens.long(), positions.to(device).long(), mask,
+                 _sampler_law(denoiser, temperature, top_k, top_p, device), chunk_size)
+    estimate = _first_order(tree, top_m)
+    estimate.forward_rows = tree.rows
+    return estimate
+
+
+def _first_order(tree: _Tree, top_m: int) -> FirstOrderError:
+    """:func:`first_order_error` of a tree whose root is computed: ``B K top_m`` more rows."""
+    tokens, positions, mask, device = tree.tokens, tree.positions, tree.mask, tree.tokens.device
+    rows_before = tree.rows
     batch, k_total = positions.shape
     m = min(top_m, tree.root.shape[-1])
     probs, values = tree.root.exp().topk(m, dim=-1)  # [B, K, m]
@@ -505,7 +505,7 @@ def first_order_error(denoiser: Denoiser, tokens: Tensor, positions: Tensor, *, 
             influence[:, others, j] = expected.clamp_max(1)
     estimate = torch.tril(influence, -1).sum((1, 2)).clamp_max(1)
     return FirstOrderError(influence=influence, estimate=estimate, left_out=left_out, is_bound=k_total <= 2,
-                           forward_rows=tree.rows)
+                           forward_rows=tree.rows - rows_before)
 
 
 RULES: tuple[str, ...] = ("threshold", "factor", "frechet")
@@ -659,16 +659,19 @@ def confidence_profile(denoiser: Denoiser, tokens: Tensor, candidates: Tensor, *
     (:func:`interval`). ``max_rows``: the largest exact tree (default: for
     each ``n``, exact only where the tree costs no more rows than the ``1 + samples (n - 1)`` of Monte Carlo).
 
-    Cost: ``B`` rows for the confidences, then per ``n >= 2`` those of :func:`parallel_commit_error` and
-    :func:`first_order_error` (Monte Carlo: about ``B (2 + samples (n - 1) + n top_m)``).
+    Cost: ``B`` rows for the confidences (the root every set shares where the model has a mask id), then per
+    ``n >= 2`` the sequential rows of :func:`parallel_commit_error` and those of :func:`first_order_error` (Monte
+    Carlo: about ``B (samples (n - 1) + n top_m)``).
     """
     if isinstance(max_k, bool) or not isinstance(max_k, int) or max_k < 1:
         raise ValueError(f"max_k must be an integer >= 1, got {max_k!r}")
+    _check_estimation(temperature, top_k, top_p, level, method, samples=samples, max_rows=max_rows, top_m=top_m)
     checked, chosen_targets = check_rules(rules), check_targets(targets)
     mask = check_commit_positions(denoiser, tokens, candidates, attention_mask)
     device = tokens.device
     candidates = candidates.to(device).long()
-    if denoiser.vocab.mask_id is not None:
+    shared = denoiser.vocab.mask_id is not None
+    if shared:
         tokens = tokens.long().scatter(1, candidates, denoiser.vocab.mask_id)
     max_k = min(max_k, candidates.shape[1])
     law = _sampler_law(denoiser, temperature, top_k, top_p, device)
@@ -683,19 +686,17 @@ def confidence_profile(denoiser: Denoiser, tokens: Tensor, candidates: Tensor, *
     certificate[:, 0] = 1 - confidence[:, 0]
     exact = torch.ones(max_k, dtype=torch.bool)
     for n in range(2, max_k + 1):
-        chosen = tree.positions[:, :n]
-        error = parallel_commit_error(denoiser, tokens, chosen, temperature=temperature, top_k=top_k, top_p=top_p,
-                                      orders=0, samples=samples, level=level,
-                                      max_rows=max_rows if max_rows is not None else 1 + samples * (n - 1),
-                                      method=method,
-                                      generator=as_generator(generator, "confidence_profile", n, device=device),
-                                      attention_mask=mask)
-        estimate = first_order_error(denoiser, tokens, chosen, temperature=temperature, top_k=top_k, top_p=top_p,
-                                     top_m=top_m, attention_mask=mask)
+        # with a mask id every candidate is masked in the tokens, so the top n share the profile's root forward; a
+        # toy field without one gives each set its own block marginals
+        head = tree.head(n) if shared else _Tree(denoiser, tokens.long(), tree.positions[:, :n], mask, law, 256)
+        error = _commit_error(head, orders=0, samples=samples, level=level,
+                              max_rows=max_rows if max_rows is not None else 1 + samples * (n - 1), method=method,
+                              generator=as_generator(generator, "confidence_profile", n, device=device))
+        estimate = _first_order(head, top_m)
         tv[:, n - 1], tv_low[:, n - 1], tv_high[:, n - 1] = error.tv, error.tv_low, error.tv_high
         first[:, n - 1], certificate[:, n - 1] = estimate.estimate, error.certificate
         exact[n - 1] = error.exact
-        rows += error.forward_rows + estimate.forward_rows
+        rows += head.rows
     return ConfidenceProfile(positions=tree.positions, confidence=confidence, tv=tv, tv_low=tv_low, tv_high=tv_high,
                              first_order=first, certificate=certificate, exact=exact, rules=checked,
                              targets=chosen_targets, level=level, forward_rows=rows)

@@ -27,7 +27,7 @@ own (and, at the monitor's observation steps, its embedder's), a copy of each st
 ``benchmarks/bench_monitor_cost.py`` measured 1.11x the sampler's own time (7 ms per committed token) at
 ``V = 150,000`` on 2 CPU cores, where 121 float64 softmaxes moved to the CPU had cost 5.3x.
 With ``parallel``, per step and row committing ``K >= 2`` positions, the forward rows of
-:func:`~mlm_dynamics.diagnostics.parallel.parallel_commit_error` and ``1 + K top_m`` more (Monte Carlo: about
+:func:`~mlm_dynamics.diagnostics.parallel.parallel_commit_error` and ``K top_m`` more (Monte Carlo: about
 ``1 + parallel_samples (K - 1)``); the seconds they took are in :attr:`SamplerTrace.parallel_seconds`.
 """
 
@@ -44,7 +44,7 @@ import torch
 from torch import Tensor, nn
 
 from ..diagnostics.decoding import TEMPERATURE_GRID, effective_temperature_from, surprisal_statistics
-from ..diagnostics.parallel import first_order_error, parallel_commit_error
+from ..diagnostics.parallel import parallel_commit_error
 from ..models.base import Denoiser
 from ..models.families import denoiser_for, detect_family, family_mask_id
 from .monitor import ChainMonitor
@@ -171,9 +171,9 @@ class _Parallel:
             row_mask = None if mask is None else mask[rows].to(device)
             error = parallel_commit_error(self.denoiser, tokens, positions, temperature=self.temperature, orders=0,
                                           samples=self.samples, order="confidence", generator=self.generator,
-                                          attention_mask=row_mask)
-            estimate = first_order_error(self.denoiser, tokens, error.positions, temperature=self.temperature,
-                                         top_m=self.top_m, attention_mask=row_mask)
+                                          attention_mask=row_mask, top_m=self.top_m)
+            assert error.first_order is not None  # asked for with top_m
+            estimate = error.first_order
             tv[rows], low[rows], high[rows] = error.tv.cpu(), error.tv_low.cpu(), error.tv_high.cpu()
             first[rows], certificate[rows] = estimate.estimate.cpu(), error.certificate.cpu()
             exact &= error.exact
