@@ -6,7 +6,12 @@ By the coupling inequality ``TV(P^t(x0, .), P^t(y0, .)) <= P(T_meet > t)`` for m
 Every term of that sum is a probability over the whole tail of ``tau``: a pair censored at the budget ``b`` has
 ``tau > b`` and nothing more is known, so its term ``ceil((tau - L - t) / L)^+`` may be arbitrarily large at every
 ``t``. The estimated bound is therefore 1 (no information) at every ``t`` as soon as one pair is censored, and an
-estimate of the bound (an average over pairs, not a certificate) otherwise.
+estimate of the bound (an average over pairs, not a certificate) otherwise. Its upper confidence limit
+(:meth:`MeetingTimes.tv_upper_limit`) is the betting limit (:mod:`.means`) of the mean of the terms, which lie in
+``[0, c_t]`` for pairs that meet within the budget, ``c_t = ceil((b - L - t) / L)^+``: it covers the bound of the
+meeting-time law up to the budget. A tail beyond the budget that no pair showed would add to the bound without
+limit, and no finite sample excludes one; the limit covers what the pairs can show (16 pairs that all met give
+0.29 at a ``t`` where ``c_t = 1``: the exact limit of the first term alone is 0.17, no fewer).
 
 Summaries of the times (quantiles with intervals, the restricted mean, censoring) come from
 :mod:`.survival`, the project's one definition for censored times.
@@ -24,6 +29,7 @@ from torch import Tensor
 from .._random import Randomness
 from ..sampling.coupling import CoupledGlauberChains, CoupledState, lagged_coupling
 from ..sampling.glauber import GlauberSampler
+from .means import betting_upper_limit
 from .quantiles import DEFAULT_LEVELS, check_levels
 from .survival import DEFAULT_CONFIDENCE, km_quantile, summarise_survival
 
@@ -81,17 +87,32 @@ class MeetingTimes:
         excess = torch.ceil((self.times.double()[None, :] - self.lag - t[:, None]) / self.lag).clamp_min(0.0)
         return excess.mean(1).clamp_max(1.0)
 
+    def tv_upper_limit(self, t: Tensor, confidence: float = DEFAULT_CONFIDENCE) -> Tensor:
+        """Upper confidence limit of :meth:`tv_upper_bound`'s bound for each ``t``, at ``confidence``: ``c_t`` times
+        the betting limit (:func:`~.means.betting_upper_limit`) of the terms over ``c_t`` (module docstring); 1 once
+        any pair is censored or with fewer than 2 pairs, 0 where ``c_t = 0``. Requires ``lag >= 1``."""
+        bound = self.tv_upper_bound(t)
+        t = torch.as_tensor(t, device=self.times.device, dtype=torch.float64)
+        if bool(self.censored.any()) or self.times.numel() < 2:
+            return torch.ones_like(bound)
+        reach = torch.ceil((self.budget - self.lag - t) / self.lag).clamp_min(0.0)  # [T] c_t
+        excess = torch.ceil((self.times.double()[None, :] - self.lag - t[:, None]) / self.lag).clamp_min(0.0)
+        limit = betting_upper_limit(excess / reach.clamp_min(1.0)[:, None], confidence) * reach
+        return limit.clamp_max(1.0)
+
     def summary(self, levels: Sequence[float] = DEFAULT_LEVELS, tv_steps: Sequence[int] = (),
                 confidence: float = DEFAULT_CONFIDENCE) -> dict[str, float]:
         """:meth:`~.survival.SurvivalSummary.summary` of the times (``{name}_median`` missing, with
         ``{name}_median_lower_bound``, where censored; intervals with their achieved confidence; the restricted
         mean; ``censored_fraction``, ``budget``, ``num_pairs``); with ``tv_steps`` (lagged times only) also
-        ``tv_bound_t{t}`` for each ``t``."""
+        ``tv_bound_t{t}`` and its upper confidence limit ``tv_bound_t{t}_high`` for each ``t``."""
         out = summarise_survival(self.times, self.censored, self.budget, levels=check_levels(levels),
                                  confidence=confidence).summary(self.name)
         if tv_steps:
-            bounds = self.tv_upper_bound(torch.tensor(list(tv_steps)))
-            out.update({f"tv_bound_t{t}": float(b) for t, b in zip(tv_steps, bounds.tolist(), strict=True)})
+            steps = torch.tensor(list(tv_steps))
+            bounds, limits = self.tv_upper_bound(steps).tolist(), self.tv_upper_limit(steps, confidence).tolist()
+            for t, bound, limit in zip(tv_steps, bounds, limits, strict=True):
+                out.update({f"tv_bound_t{t}": float(bound), f"tv_bound_t{t}_high": float(limit)})
         return out
 
 

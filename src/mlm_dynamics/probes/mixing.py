@@ -57,7 +57,8 @@ class MeetingTimeProbe(Probe):
     """Maximally coupled Glauber chains from each start row and from a uniformly random filling of its sites.
 
     Logs :meth:`~mlm_dynamics.diagnostics.MeetingTimes.summary`; with ``lag``, also L-lag meeting times of two
-    independent random fillings of each row and the bounds ``tv_bound_t{t}`` on ``TV(mu_0 P^t, pi)`` for ``mu_0``
+    independent random fillings of each row and the bounds ``tv_bound_t{t}`` on ``TV(mu_0 P^t, pi)`` (with their
+    upper confidence limits ``tv_bound_t{t}_high``) for ``mu_0``
     the uniform filling of the sites. Cost per run: at most ``max_steps`` forwards of ``<= 2 B`` rows (twice with
     ``lag``). Pooled over ranks. A run the scheduler stops at the end of its budget
     (:func:`~mlm_dynamics.models.base.forward_deadline`) keeps the meeting times so far, censored at the steps
@@ -70,6 +71,9 @@ class MeetingTimeProbe(Probe):
                               for k in _MEETING_KEYS),
             MetricKey("lagged/tv_bound_t{t}", "L-lag estimate of a bound on TV(mu_0 P^t, pi) after t steps; 1 at "
                       "every t once a pair is censored (its term is unbounded)", "probability",
+                      "with lag, for each t in t_values"),
+            MetricKey("lagged/tv_bound_t{t}_high", "95 % upper confidence limit of that bound for meeting times up "
+                      "to the budget (betting); 1 once a pair is censored", "probability",
                       "with lag, for each t in t_values"), *SCHEDULE_KEYS)
 
     def __init__(self, *, temperature: float = 1.0, max_steps: int = 200, lag: int | None = None,

@@ -127,7 +127,7 @@ def scaling_constants(result: SweepResult) -> Figure:
 
 def tv_bounds(result: SweepResult) -> Figure:
     """L-lag estimates of bounds on ``TV(mu_0 P^t, pi)`` against t, per temperature, for the largest length (1 at
-    every t where a pair never met)."""
+    every t where a pair never met), and dashed their 95 % upper confidence limits."""
     temperatures, lengths = _grid(result)
     n = lengths[-1]
     figure = new_figure()
@@ -138,6 +138,7 @@ def tv_bounds(result: SweepResult) -> Figure:
             continue
         steps = torch.arange(0, int(lagged.budget) + 1, max(1, int(lagged.budget) // 200))
         axes.plot(steps.cpu().numpy(), lagged.tv_upper_bound(steps).cpu().numpy(), color=color, label=f"tau={tau:g}")
+        axes.plot(steps.cpu().numpy(), lagged.tv_upper_limit(steps).cpu().numpy(), color=color, linestyle="--")
     axes.set_xlabel("step t")
     axes.set_ylabel("bound on TV(mu_0 P^t, pi) (1: a pair never met)")
     axes.set_title(f"L-lag coupling bounds, n = {n}")

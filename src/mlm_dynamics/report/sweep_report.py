@@ -123,8 +123,9 @@ def _sections(result: SweepResult, report: dict[str, Any], drawn: dict[str, Figu
         sections.append(Section("Drift", tables=[("C of threshold hitting times", sweep["hitting_fit"])],
                                 figures=[(drawn["drift"], "mean drift of the drift chains")]))
     if "tv_bounds" in drawn:
-        sections.append(Section("L-lag bounds", figures=[(drawn["tv_bounds"], "estimated bounds on TV(mu_0 P^t, pi); "
-                                                          "1 where a pair never met")]))
+        sections.append(Section("L-lag bounds", figures=[(drawn["tv_bounds"], "estimated bounds on TV(mu_0 P^t, pi), "
+                                                          "dashed their 95 % upper confidence limits (meeting times up "
+                                                          "to the budget); 1 where a pair never met")]))
     cells = [{"temperature": c["temperature"], "n": c["num_sites"], "sites": _span(c["sites"]),
               "pairs": c["num_pairs"], "censored": f"{c['censored_fraction']:.0%}", "budget": c["budget"],
               "median meeting time [interval] (coverage)": quantile_text(c, "meeting_time_median"),
