@@ -37,8 +37,8 @@ from the last forward: Rao-Blackwellised), with ``r(u) = P(u) / Q(u)``:
 The ``tv`` and ``disagreement`` terms lie in ``[0, 1]``; their interval (``method``) is either ``betting``, the
 hedged-capital confidence set of Waudby-Smith and Ramdas (2024), valid at every ``N`` without a normal
 approximation (:func:`~.means.betting_interval`), or ``student``: mean +- t sd / sqrt N, approximate
-(``tests/test_parallel.py`` measures the achieved coverage of both against exact values). The ``kl`` interval is the normal one, approximate, and absent
-when a term is infinite.
+(``tests/test_parallel.py`` measures the achieved coverage of both against exact values). The ``kl`` interval is
+the normal one, approximate, and absent when a term is infinite.
 
 **Influence estimate** (:func:`first_order_error`): the chain rule for total variation gives, since ``P`` is a
 product and ``Q``'s first factor is ``P``'s,
@@ -264,8 +264,8 @@ def _draw(tree: _Tree, order: list[int], uniforms: Tensor) -> tuple[Tensor, Tens
 
 def interval(terms: Tensor, level: float, method: str) -> tuple[Tensor, Tensor]:
     """``(low, high)`` for the mean of iid ``terms [..., N]`` in ``[0, 1]``: ``betting``
-    (:func:`~.means.betting_interval`, coverage guaranteed) or ``student`` (mean +- t sd / sqrt N, approximate: 0.92 achieved at a nominal 0.95 with 32
-    and 64 draws, 0.81 with 16, on tiny BERTs), clipped to ``[0, 1]``."""
+    (:func:`~.means.betting_interval`, coverage guaranteed) or ``student`` (mean +- t sd / sqrt N, approximate: 0.92
+    achieved at a nominal 0.95 with 32 and 64 draws, 0.81 with 16, on tiny BERTs), clipped to ``[0, 1]``."""
     if method == "betting":
         return betting_interval(terms, level)
     n = terms.shape[-1]
@@ -670,9 +670,10 @@ def confidence_profile(denoiser: Denoiser, tokens: Tensor, candidates: Tensor, *
     mask = check_commit_positions(denoiser, tokens, candidates, attention_mask)
     device = tokens.device
     candidates = candidates.to(device).long()
-    shared = denoiser.vocab.mask_id is not None
-    if shared:
-        tokens = tokens.long().scatter(1, candidates, denoiser.vocab.mask_id)
+    mask_id = denoiser.vocab.mask_id
+    shared = mask_id is not None
+    if mask_id is not None:
+        tokens = tokens.long().scatter(1, candidates, mask_id)
     max_k = min(max_k, candidates.shape[1])
     law = _sampler_law(denoiser, temperature, top_k, top_p, device)
     tree = _Tree(denoiser, tokens.long(), candidates, mask, law, 256)
