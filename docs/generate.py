@@ -167,6 +167,7 @@ def results_page(data: dict[str, Any]) -> str:
         sweep = data["sweep"]
         fits = [{"tau": f"{f['temperature']:g}", "C(tau)": _interval(f["C"], f["C_low"], f["C_high"]),
                  "B": "-" if f["B"] is None else f"{f['B']:.3g}",
+                 "C_inf (+ D / n)": _interval(f.get("C_inf"), f.get("C_inf_low"), f.get("C_inf_high")),
                  "log-log slope": _interval(f["slope"], f["slope_low"], f["slope_high"]),
                  "pairs": int(f["num_pairs"])} for f in sweep["fit"]]
         cells = {}
@@ -175,7 +176,9 @@ def results_page(data: dict[str, Any]) -> str:
             row[f"n = {cell['num_sites']:g}"] = (f"{quantile_text(cell, 'meeting_time_median')}, "
                                                  f"{cell['censored_fraction']:.0%} censored")
         lines += ["Median meeting time [order-statistic interval] (its coverage), and the censored fraction:", "",
-                  *_table(list(cells.values())), "", "Fits of T = n (C(tau) log n + B), where every pair met:", "",
+                  *_table(list(cells.values())), "",
+                  "Fits of T = n (C(tau) log n + B) on these lengths, and extrapolated with a finite-size term D / n "
+                  "(C_inf), where every pair met:", "",
                   *_table([f for f in fits if f["C(tau)"] != "-"] or [{"fit": "none: pairs censored at every "
                                                                               "temperature"}]),
                   "", "The claims:", "", *_claims(sweep["claims"])]

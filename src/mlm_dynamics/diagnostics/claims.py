@@ -179,7 +179,9 @@ def _fast_mixing_verdict(times: Cells) -> tuple[str, list[str]]:
              f"mean T / (n log n): {ratios}"]
     if verdict == HOLDS:
         lines.append(f"C(tau) = {fit.C:.3g} [{fit.C_low:.3g}, {fit.C_high:.3g}]: the fit T = n (C log n + B) on the "
-                     f"lengths used, B = {fit.B:.3g}")
+                     f"lengths used, B = {fit.B:.3g}" + ("" if math.isnan(fit.C_inf) else
+                     f"; extrapolated with a finite-size term D / n, C_inf = {fit.C_inf:.3g} [{fit.C_inf_low:.3g}, "
+                     f"{fit.C_inf_high:.3g}]"))
     elif fit.slope_high < quadratic:
         lines.append(f"slower than n^2 at these lengths (its slope is {quadratic:.2f}), but n^1.5 (slope "
                      f"{nearest:.2f}) is not excluded: at n = {fit.lengths} it grows like n log n (slope 1); an "

@@ -7,6 +7,16 @@ of ``T / n`` on ``log n`` over every pair, and the log-log slope of ``T`` agains
 ``O(n log n)``), each with a Student-t interval over the pairs. A censored time is only a lower bound, so a
 temperature with any censored pair gets no fit (never a fit on a hand-picked subset of its lengths).
 
+That ``C`` is the fit on the lengths used, not the ``n log n`` constant: at small ``n`` the slowest mode of a finite
+chain is faster than the infinite one's (on the free Ising path its rate is about ``1 - tanh(2J/tau) cos(pi / (n + 1))``
+against ``1 - tanh(2J/tau)``), so the fit on n = 4..32 expects 14 %, 22 % and 32 % less than the constant at tau =
+4, 2 and 1.4. ``C_inf`` extrapolates: the fit of ``T / n = C log n + B + D / n`` (an ``O(1)`` term ``D`` in ``T``
+that absorbs most of the finite-size bias) with a Student-t interval on a heteroscedasticity-consistent variance; it
+needs three lengths and is about 3.5 times wider. It is still a fit at small ``n``: what the ``D / n`` term leaves
+of the bias grows as the chain's correlation length approaches the shortest length. How often each interval covers
+the Ising chain's exact constant over independent replicates is measured by
+``benchmarks/scaling_constant_coverage.py`` (docs/concepts/verdicts.md).
+
 Growth between two lengths ``n1 < n2`` is the exponent ``k = log(Q2 / Q1) / log(n2 / n1)`` of a quantile ``Q`` of
 the meeting times (``T ~ n^k``): about 1.3-1.6 for ``n log n`` at small ``n``, at most about 3 for a chain whose
 slowness is polynomial (the 1-D Ising chain below its correlation length, ``n^2 e^{2J/tau}`` to ``n^3``), and
@@ -53,14 +63,40 @@ def _least_squares(x: Tensor, y: Tensor, confidence: float) -> tuple[float, floa
     return slope, intercept, slope - half, slope + half
 
 
+def _extrapolate(n: Tensor, times: Tensor, confidence: float) -> tuple[float, float, float, float]:
+    """``(C, D, C_low, C_high)`` of the least-squares fit ``T / n = C log n + B + D / n`` over pairs (``n, times
+    [N]``); ``nan`` with fewer than three lengths or four pairs.
+
+    The interval is Student-t with ``N - 3`` degrees of freedom on the HC3 (heteroscedasticity-consistent)
+    variance ``(X^T X)^-1 X^T diag(r_i^2 / (1 - h_i)^2) X (X^T X)^-1``, with residuals ``r`` and leverages ``h``:
+    meeting times spread in proportion to their mean, so the longest chains' points are the noisiest and a pooled
+    residual variance understates the constant's."""
+    design = torch.stack([n.log(), torch.ones_like(n), 1 / n], 1)  # [N, 3]
+    dof = len(n) - 3
+    if len(torch.unique(n)) < 3 or dof < 1:
+        return math.nan, math.nan, math.nan, math.nan
+    target = times / n
+    bread = torch.linalg.inv(design.T @ design)
+    coef = bread @ design.T @ target
+    residual = target - design @ coef
+    leverage = torch.einsum("ij,jk,ik->i", design, bread, design)
+    meat = design.T @ (design * (residual / (1 - leverage).clamp_min(1e-12)).square()[:, None])
+    variance = float((bread @ meat @ bread)[0, 0])
+    half = float(stats.t.ppf((1 + confidence) / 2, dof)) * math.sqrt(variance)
+    constant = float(coef[0])
+    return constant, float(coef[2]), constant - half, constant + half
+
+
 @dataclass
 class ScalingFit:
     """``T = n (A log n + B)`` and the log-log slope at one temperature, fitted on every pair of every length.
 
     Attributes:
-        C, C_low, C_high: ``A``, the ``n log n`` constant ``C(tau)``, with its Student-t interval at ``confidence``;
-            ``nan`` without a fit (see ``note``).
+        C, C_low, C_high: ``A``, the ``n log n`` constant ``C(tau)`` fitted on the lengths used, with its Student-t
+            interval at ``confidence``; ``nan`` without a fit (see ``note``).
         B: the ``O(n)`` term.
+        C_inf, C_inf_low, C_inf_high, D: the constant extrapolated with a finite-size term, ``T / n = C log n + B +
+            D / n`` (module docstring), and its interval; ``nan`` with fewer than three lengths.
         slope, slope_low, slope_high: least-squares slope of ``log T`` against ``log(n log n)`` over the pairs, with
             its interval (1 for ``T`` proportional to ``n log n``).
         confidence: the confidence of both intervals.
@@ -83,10 +119,16 @@ class ScalingFit:
     num_pairs: int
     mean_times: dict[int, float] = field(default_factory=dict)
     note: str = ""
+    C_inf: float = math.nan
+    C_inf_low: float = math.nan
+    C_inf_high: float = math.nan
+    D: float = math.nan
 
     def summary(self) -> dict[str, float]:
-        """``C``, its interval, ``B``, the slope and its interval, the censored fraction and the pairs fitted."""
-        return {"C": self.C, "C_low": self.C_low, "C_high": self.C_high, "B": self.B, "slope": self.slope,
+        """``C``, its interval, ``B``, ``C_inf`` with its interval and ``D``, the slope and its interval, the censored
+        fraction and the pairs fitted."""
+        return {"C": self.C, "C_low": self.C_low, "C_high": self.C_high, "B": self.B, "C_inf": self.C_inf,
+                "C_inf_low": self.C_inf_low, "C_inf_high": self.C_inf_high, "D": self.D, "slope": self.slope,
                 "slope_low": self.slope_low, "slope_high": self.slope_high, "confidence": self.confidence,
                 "censored_fraction": self.censored_fraction, "lengths_fitted": float(len(self.lengths)),
                 "num_pairs": float(self.num_pairs)}
@@ -94,8 +136,9 @@ class ScalingFit:
 
 def fit_scaling(times_by_length: Mapping[int, MeetingTimes], *,
                 confidence: float = DEFAULT_CONFIDENCE) -> ScalingFit:
-    """Least-squares fits of ``T / n = A log n + B`` and of ``log T = slope log(n log n) + c`` over every pair of
-    ``times_by_length`` (``{n: times}``), with Student-t intervals (``N - 2`` degrees of freedom for ``N`` pairs).
+    """Least-squares fits of ``T / n = A log n + B``, of ``T / n = C log n + B + D / n`` and of ``log T = slope
+    log(n log n) + c`` over every pair of ``times_by_length`` (``{n: times}``), with Student-t intervals (``N - 2``
+    degrees of freedom for ``N`` pairs, ``N - 3`` for the extrapolation).
     No fit (``nan``, with a ``note``) when a pair is censored, fewer than two lengths have ``n >= 2``, or there are
     fewer than three pairs."""
     if not times_by_length:
@@ -127,9 +170,11 @@ def fit_scaling(times_by_length: Mapping[int, MeetingTimes], *,
                           note=f"growth faster than n^2 at these lengths (slope of log T on log(n log n) "
                                f"[{slope_low:.2f}, {slope_high:.2f}], n^2 has {quadratic:.2f}): no n log n law, "
                                "so no C(tau)")
+    limit, finite_size, limit_low, limit_high = _extrapolate(n, times, confidence)
     return ScalingFit(C=constant, C_low=constant_low, C_high=constant_high, B=offset, slope=slope,
                       slope_low=slope_low, slope_high=slope_high, confidence=confidence, censored_fraction=censored,
-                      lengths=lengths, num_pairs=int(n.numel()), mean_times=means)
+                      lengths=lengths, num_pairs=int(n.numel()), mean_times=means, C_inf=limit, C_inf_low=limit_low,
+                      C_inf_high=limit_high, D=finite_size)
 
 
 def polynomial_slope(lengths: Sequence[int], counts: Sequence[int], power: float) -> float:

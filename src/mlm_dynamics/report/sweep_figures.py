@@ -97,15 +97,20 @@ def survival_curves(result: SweepResult, max_panels: int = 4) -> Figure:
 
 
 def scaling_constants(result: SweepResult) -> Figure:
-    """``C(tau)`` of ``T = n (C log n + B)`` where every pair met, and the log-log slope of ``T`` against
-    ``n log n`` (about 1 where meeting times grow like ``n log n``), each with its Student-t interval."""
+    """``C(tau)`` of ``T = n (C log n + B)`` where every pair met (the fit on the lengths used) and hollow beside it
+    ``C_inf``, extrapolated with a finite-size term ``D / n``; the log-log slope of ``T`` against ``n log n`` (about 1
+    where meeting times grow like ``n log n``); each with its Student-t interval."""
     fits = {tau: fit for tau, fit in sorted(result.analysis.fits.items()) if not fit.note}
     figure = new_figure(9.0, 3.6)
     left, right = figure.add_subplot(1, 2, 1), figure.add_subplot(1, 2, 2)
     for tau, fit in fits.items():
         if math.isfinite(fit.C_low):
             left.errorbar([tau], [fit.C], yerr=[[fit.C - fit.C_low], [fit.C_high - fit.C]], fmt="o", color="C0",
-                          capsize=3)
+                          capsize=3, label="C: on these lengths" if tau == min(fits) else None)
+        if math.isfinite(fit.C_inf_low):
+            left.errorbar([tau * 1.04], [fit.C_inf], yerr=[[fit.C_inf - fit.C_inf_low], [fit.C_inf_high - fit.C_inf]],
+                          fmt="s", mfc="none", color="C2", capsize=3,
+                          label="C_inf: + D / n, extrapolated" if tau == min(fits) else None)
         if math.isfinite(fit.slope_low):
             right.errorbar([tau], [fit.slope], yerr=[[fit.slope - fit.slope_low], [fit.slope_high - fit.slope]],
                            fmt="o", color="C1", capsize=3)
@@ -121,7 +126,8 @@ def scaling_constants(result: SweepResult) -> Figure:
         crossing = result.influence.contraction_temperature()
         if math.isfinite(crossing) and crossing > min(result.influence.temperatures.tolist()):
             left.axvline(crossing, color="C3", ls="--", label=f"influence estimate < 1 from {crossing:.3g}")
-            legend_outside(left, below=True)
+    if left.get_legend_handles_labels()[0]:
+        legend_outside(left, below=True)
     return figure
 
 

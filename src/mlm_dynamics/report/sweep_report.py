@@ -107,7 +107,9 @@ def _sections(result: SweepResult, report: dict[str, Any], drawn: dict[str, Figu
                  (drawn["survival"], "Kaplan-Meier P(T_meet > t) (solid: natural-random, dashed: random-random)")])
     slow = [{"n": b["num_sites"], "slow up to tau": b["slow_up_to"], "fast from tau": b["fast_from"]}
             for b in sweep["slow_region"]]
-    fits = [{"tau": fit["temperature"], "C(tau)": _interval(fit["C"], fit["C_low"], fit["C_high"]), "B": fit["B"],
+    fits = [{"tau": fit["temperature"], "C(tau) on these lengths": _interval(fit["C"], fit["C_low"], fit["C_high"]),
+             "B": fit["B"],
+             "C_inf (finite-size term D/n)": _interval(fit["C_inf"], fit["C_inf_low"], fit["C_inf_high"]),
              "slope": _interval(fit["slope"], fit["slope_low"], fit["slope_high"]), "pairs": fit["num_pairs"],
              "lengths": str(fit["lengths"]), "note": fit["note"]} for fit in sweep["fit"]]
     scaling = Section("Scaling: T = n (C(tau) log n + B)", paragraphs=[
@@ -188,8 +190,9 @@ def sweep_summary(result: SweepResult) -> str:
         if fit.note:
             lines.append(f"  tau={tau:g}: no fit ({fit.note})")
         else:
-            lines.append(f"  tau={tau:g}: C = {fit.C:.3g} [{fit.C_low:.3g}, {fit.C_high:.3g}] (T = n (C log n + B), "
-                         f"B = {fit.B:.3g}), log-log slope {fit.slope:.2f} [{fit.slope_low:.2f}, "
+            lines.append(f"  tau={tau:g}: C = {fit.C:.3g} [{fit.C_low:.3g}, {fit.C_high:.3g}] (T = n (C log n + B) on "
+                         f"these lengths, B = {fit.B:.3g}), C_inf = {fit.C_inf:.3g} [{fit.C_inf_low:.3g}, "
+                         f"{fit.C_inf_high:.3g}] (+ D / n), log-log slope {fit.slope:.2f} [{fit.slope_low:.2f}, "
                          f"{fit.slope_high:.2f}] over {fit.num_pairs} pairs")
     lines += [f"  {bracket.describe()}" for bracket in result.analysis.brackets]
     for claim in result.claims.claims:
