@@ -167,7 +167,7 @@ def results_page(data: dict[str, Any]) -> str:
         sweep = data["sweep"]
         fits = [{"tau": f"{f['temperature']:g}", "C(tau)": _interval(f["C"], f["C_low"], f["C_high"]),
                  "B": "-" if f["B"] is None else f"{f['B']:.3g}",
-                 "C_inf (+ D / n)": _interval(f.get("C_inf"), f.get("C_inf_low"), f.get("C_inf_high")),
+                 "C_inf (+ D / n)": _interval(f["C_inf"], f["C_inf_low"], f["C_inf_high"]),
                  "log-log slope": _interval(f["slope"], f["slope_low"], f["slope_high"]),
                  "pairs": int(f["num_pairs"])} for f in sweep["fit"]]
         cells = {}

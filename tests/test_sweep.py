@@ -68,7 +68,7 @@ def test_fit_recovers_a_known_constant_on_synthetic_meeting_times():
 def test_the_extrapolation_removes_an_order_one_term_that_biases_the_plain_fit():
     """Geometric times with mean n (3 log n - 1) + 40 at n = 4..32 (500 pairs each): the constant term 40 in T is a
     finite-size effect the plain fit folds into C (its interval misses 3), while C_inf of T / n = C log n + B + D / n
-    holds 3 and D = 40 is recovered within a third; with two lengths there is no extrapolation."""
+    holds 3 and D = 40 is recovered within a third; with three lengths there is no extrapolation."""
     generator = torch.Generator().manual_seed(1)
     by_n = {}
     for n in (4, 8, 16, 32):
@@ -80,8 +80,8 @@ def test_the_extrapolation_removes_an_order_one_term_that_biases_the_plain_fit()
     assert not fit.C_low < 3 < fit.C_high
     assert fit.C_inf_low < 3 < fit.C_inf_high and abs(fit.D - 40) < 40 / 3
     assert fit.C_inf_high - fit.C_inf_low > fit.C_high - fit.C_low  # the price of the extra term
-    two = fit_scaling({n: by_n[n] for n in (8, 16)})
-    assert math.isfinite(two.C) and math.isnan(two.C_inf) and "C_inf" in two.summary()
+    three = fit_scaling({n: by_n[n] for n in (8, 16, 32)})
+    assert math.isfinite(three.C) and math.isnan(three.C_inf) and "C_inf" in three.summary()
 
 
 def test_the_extrapolated_interval_covers_at_its_level_when_the_law_has_the_fitted_form():

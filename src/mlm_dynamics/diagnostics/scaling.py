@@ -12,7 +12,8 @@ chain is faster than the infinite one's (on the free Ising path its rate is abou
 against ``1 - tanh(2J/tau)``), so the fit on n = 4..32 expects 14 %, 22 % and 32 % less than the constant at tau =
 4, 2 and 1.4. ``C_inf`` extrapolates: the fit of ``T / n = C log n + B + D / n`` (an ``O(1)`` term ``D`` in ``T``
 that absorbs most of the finite-size bias) with a Student-t interval on a heteroscedasticity-consistent variance; it
-needs three lengths and is about 3.5 times wider. It is still a fit at small ``n``: what the ``D / n`` term leaves
+needs four lengths (with three it passes through their means exactly, leaving no check of its form) and is
+about 3.5 times wider. It is still a fit at small ``n``: what the ``D / n`` term leaves
 of the bias grows as the chain's correlation length approaches the shortest length. How often each interval covers
 the Ising chain's exact constant over independent replicates is measured by
 ``benchmarks/scaling_constant_coverage.py`` (docs/concepts/verdicts.md).
@@ -65,7 +66,7 @@ def _least_squares(x: Tensor, y: Tensor, confidence: float) -> tuple[float, floa
 
 def _extrapolate(n: Tensor, times: Tensor, confidence: float) -> tuple[float, float, float, float]:
     """``(C, D, C_low, C_high)`` of the least-squares fit ``T / n = C log n + B + D / n`` over pairs (``n, times
-    [N]``); ``nan`` with fewer than three lengths or four pairs.
+    [N]``); ``nan`` with fewer than four lengths (three would fix the three coefficients from their means alone).
 
     The interval is Student-t with ``N - 3`` degrees of freedom on the HC3 (heteroscedasticity-consistent)
     variance ``(X^T X)^-1 X^T diag(r_i^2 / (1 - h_i)^2) X (X^T X)^-1``, with residuals ``r`` and leverages ``h``:
@@ -73,7 +74,7 @@ def _extrapolate(n: Tensor, times: Tensor, confidence: float) -> tuple[float, fl
     residual variance understates the constant's."""
     design = torch.stack([n.log(), torch.ones_like(n), 1 / n], 1)  # [N, 3]
     dof = len(n) - 3
-    if len(torch.unique(n)) < 3 or dof < 1:
+    if len(torch.unique(n)) < 4:
         return math.nan, math.nan, math.nan, math.nan
     target = times / n
     bread = torch.linalg.inv(design.T @ design)
@@ -96,7 +97,7 @@ class ScalingFit:
             interval at ``confidence``; ``nan`` without a fit (see ``note``).
         B: the ``O(n)`` term.
         C_inf, C_inf_low, C_inf_high, D: the constant extrapolated with a finite-size term, ``T / n = C log n + B +
-            D / n`` (module docstring), and its interval; ``nan`` with fewer than three lengths.
+            D / n`` (module docstring), and its interval; ``nan`` with fewer than four lengths.
         slope, slope_low, slope_high: least-squares slope of ``log T`` against ``log(n log n)`` over the pairs, with
             its interval (1 for ``T`` proportional to ``n log n``).
         confidence: the confidence of both intervals.

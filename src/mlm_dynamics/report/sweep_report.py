@@ -190,10 +190,11 @@ def sweep_summary(result: SweepResult) -> str:
         if fit.note:
             lines.append(f"  tau={tau:g}: no fit ({fit.note})")
         else:
+            extrapolated = ("no C_inf (it needs four lengths)" if math.isnan(fit.C_inf) else
+                            f"C_inf = {fit.C_inf:.3g} [{fit.C_inf_low:.3g}, {fit.C_inf_high:.3g}] (+ D / n)")
             lines.append(f"  tau={tau:g}: C = {fit.C:.3g} [{fit.C_low:.3g}, {fit.C_high:.3g}] (T = n (C log n + B) on "
-                         f"these lengths, B = {fit.B:.3g}), C_inf = {fit.C_inf:.3g} [{fit.C_inf_low:.3g}, "
-                         f"{fit.C_inf_high:.3g}] (+ D / n), log-log slope {fit.slope:.2f} [{fit.slope_low:.2f}, "
-                         f"{fit.slope_high:.2f}] over {fit.num_pairs} pairs")
+                         f"these lengths, B = {fit.B:.3g}), {extrapolated}, log-log slope {fit.slope:.2f} "
+                         f"[{fit.slope_low:.2f}, {fit.slope_high:.2f}] over {fit.num_pairs} pairs")
     lines += [f"  {bracket.describe()}" for bracket in result.analysis.brackets]
     for claim in result.claims.claims:
         power = "" if math.isnan(claim.power) else f" (plug-in power {claim.power:.2f})"
