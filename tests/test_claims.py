@@ -143,6 +143,24 @@ def test_curie_weiss_below_its_transition_grows_faster_than_n3_and_nothing_is_re
     assert found["metastable"] == HOLDS or any("could detect" in line for line in metastable.evidence)
 
 
+def test_a_censored_quantile_never_sets_the_rate_the_design_could_detect():
+    """Pairs censored at the budget at every length have one value, the budget, so the rate's interval from them is
+    about 0 wide: it measures the budget, not the chain. The smallest detectable rate comes from the uncensored
+    temperature alone (its Gamma spread gives a width of order 0.1 per site), and with only censored temperatures
+    it is unknown."""
+    generator = np.random.default_rng(3)
+    budget = 2000
+    censored = {(0.5, n): MeetingTimes(torch.full((64,), budget, dtype=torch.float64), torch.ones(64, dtype=torch.bool))
+                for n in (4, 8, 16, 32)}
+    free = synthetic(N_LOG_N, ISING_DESIGN, generator).times
+    both = metastability(Evidence(times={**censored, **free}, power_resamples=0))
+    detect = next(line for line in both.evidence if "could detect" in line)
+    assert float(detect.split("about ")[1].split(" per site")[0]) > 0.01
+    alone = metastability(Evidence(times=censored, power_resamples=0))
+    assert alone.verdict == OPEN and not any("could detect:" in line for line in alone.evidence)
+    assert any("could detect is unknown" in line for line in alone.evidence)
+
+
 @pytest.mark.slow
 def test_shipped_presets_give_the_known_verdicts():
     ising = verdicts(sweep("sweep-ising", []))

@@ -253,11 +253,15 @@ def _metastable_verdict(times: Cells) -> tuple[str, list[str]]:
         return OPEN, ["no temperature has every length"]
     verdict = HOLDS if any(r.low > 0 for r in rates) else OPEN
     lines = [f"tau={r.temperature:g}: {r.describe()}" for r in rates]
-    widths = [(r.high - r.low) / 2 for r in rates if math.isfinite(r.high)]
+    widths = [(r.high - r.low) / 2 for r in rates if math.isfinite(r.high) and not r.censored]
     if verdict == OPEN and widths:
-        lines.append(f"smallest escape rate this design could detect (plug-in: the interval's half-width): about "
-                     f"{min(widths):.2g} per site; smaller rates are not told from polynomial growth at these "
-                     "lengths (longer lengths or more pairs would)")
+        lines.append(f"smallest escape rate this design could detect (plug-in: the interval's half-width where no "
+                     f"quantile is censored): about {min(widths):.2g} per site; smaller rates are not told from "
+                     "polynomial growth at these lengths (longer lengths or more pairs would)")
+    elif verdict == OPEN:
+        lines.append("no temperature has its quantile below the budget at every length, so the smallest rate this "
+                     "design could detect is unknown (a censored quantile's interval measures the budget, not "
+                     "the chain)")
     if any(r.censored for r in rates):
         lines.append("a censored quantile enters at the budget, a lower bound: it can only hide growth, never create "
                      "it; a larger budget (grid.max_steps) shows more")
