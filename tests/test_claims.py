@@ -161,6 +161,16 @@ def test_a_censored_quantile_never_sets_the_rate_the_design_could_detect():
     assert any("could detect is unknown" in line for line in alone.evidence)
 
 
+def test_metastability_is_not_read_from_the_largest_of_a_few_pairs():
+    """Escape times e^{0.8 n} at n = 4, 8, 16 hold with 64 pairs per cell; with 4 pairs the 90 % quantile is the
+    largest time and its bootstrap is degenerate, so the claim stays open and names the pairs it needs."""
+    generator = np.random.default_rng(5)
+    steep = lambda n: 20 * math.exp(0.8 * n)  # noqa: E731
+    assert metastability(synthetic(steep, (64, (4, 8, 16)), generator)).verdict == HOLDS
+    few = metastability(synthetic(steep, (4, (4, 8, 16)), generator))
+    assert few.verdict == OPEN and any("4 pairs per cell" in line and ">= 36" in line for line in few.evidence)
+
+
 @pytest.mark.slow
 def test_shipped_presets_give_the_known_verdicts():
     ising = verdicts(sweep("sweep-ising", []))

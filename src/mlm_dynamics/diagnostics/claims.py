@@ -251,8 +251,14 @@ def _metastable_verdict(times: Cells) -> tuple[str, list[str]]:
     rates = _rates(times)
     if not rates:
         return OPEN, ["no temperature has every length"]
-    verdict = HOLDS if any(r.low > 0 for r in rates) else OPEN
     lines = [f"tau={r.temperature:g}: {r.describe()}" for r in rates]
+    needed = minimum_pairs(CLAIM_LEVEL, rates[0].confidence)
+    fewest = min(t.times.numel() for t in times.values())
+    if fewest < needed:
+        return OPEN, [*lines, f"{fewest} pairs per cell: the {CLAIM_LEVEL:.0%} quantile of so few pairs is one of "
+                              "their largest times, whose bootstrap spread understates its own, so these intervals "
+                              f"decide nothing; a rate at this confidence needs >= {needed} pairs per cell"]
+    verdict = HOLDS if any(r.low > 0 for r in rates) else OPEN
     widths = [(r.high - r.low) / 2 for r in rates if math.isfinite(r.high) and not r.censored]
     if verdict == OPEN and widths:
         lines.append(f"smallest escape rate this design could detect (plug-in: the interval's half-width where no "
