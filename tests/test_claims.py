@@ -88,7 +88,7 @@ def test_faster_than_n3_comes_out_each_way():
 
 def test_growth_rules_say_what_limits_them():
     """The 90 % quantile has an upper bound at confidence c only with 1 - 0.9^m >= c pairs; when the quantile is
-    censored, the budget limits the decision, not the pairs, and the claim says so."""
+    censored, the budget limits the decision, and the claim says so, and whether the pairs limit it too."""
     assert minimum_pairs(0.9, 0.95) == 29 and minimum_pairs(0.5, 0.95) == 5
     times = {(tau, n): MeetingTimes(torch.full((4,), 10.0 * n), torch.zeros(4, dtype=torch.bool))
              for tau in (0.5, 2.0) for n in (4, 16)}
@@ -98,7 +98,12 @@ def test_growth_rules_say_what_limits_them():
     censored = dict(times)
     censored[(0.5, 16)] = MeetingTimes(torch.full((64,), 500.0), torch.ones(64, dtype=torch.bool), max_steps=500)
     claim = faster_than_cubic(Evidence(times=censored, power_resamples=0))
-    assert any("step budget limits the decision" in line for line in claim.evidence)
+    both = next(line for line in claim.evidence if "step budget limits the decision" in line)
+    assert "not the pairs" not in both and "4 pairs per cell" in both  # the other cells have 4 pairs: both limit
+    enough = {key: MeetingTimes(torch.full((64,), 10.0 * key[1]), torch.zeros(64, dtype=torch.bool))
+              for key in times} | {(0.5, 16): censored[(0.5, 16)]}
+    claim = faster_than_cubic(Evidence(times=enough, power_resamples=0))
+    assert any("step budget limits the decision, not the pairs" in line for line in claim.evidence)
     assert metastability(Evidence(times=times, power_resamples=0)).verdict == OPEN  # two lengths: cannot tell
 
 

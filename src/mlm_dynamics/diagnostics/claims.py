@@ -47,8 +47,8 @@ whose truth is known are on the documentation page "How the verdicts are decided
 
 Bonferroni: every bound a claim uses holds simultaneously with probability at least ``1 - ALPHA``; the pairs of one
 length share random numbers across temperatures, which a union bound allows. Each growth claim needs enough pairs
-per cell for a finite upper bound at its per-bound confidence (:func:`minimum_pairs`); below that it is
-inconclusive and says so, or says that the step budget, not the pairs, limits it. ``power`` is a plug-in estimate:
+per cell for a finite upper bound at its per-bound confidence (:func:`minimum_pairs`); below that it is inconclusive
+and says what limits it: the pairs, the step budget (a censored quantile) or both. ``power`` is a plug-in estimate:
 the fraction of resamples of this one sample (pairs resampled within each length, jointly across temperatures, as
 they share random numbers) in which the rule says ``holds``; it varies from sample to sample (0.40 to 1.00 over ten
 Curie-Weiss samples whose replicate power is 0.74), so the design's power, over independent replicates, is the
@@ -219,17 +219,18 @@ def _growth_lines(growths: list[Growth], times: Cells) -> list[str]:
 
 
 def _limit(times: Cells, confidence: float) -> str:
-    """What keeps a quantile's upper bound infinite, if anything: the step budget (the quantile is censored) or the
-    number of pairs."""
+    """What keeps a quantile's upper bound infinite, if anything: the step budget (the quantile is censored), the
+    number of pairs, or both."""
     censored = sorted({n for (_, n), t in times.items() if t.censored_fraction > 1 - CLAIM_LEVEL})
-    if censored:
-        return (f"the step budget limits the decision, not the pairs: the {CLAIM_LEVEL:.0%} quantile is censored at "
-                f"n = {censored} (bounded from below only); a larger budget (grid.max_steps) would decide")
     needed = minimum_pairs(CLAIM_LEVEL, confidence)
     fewest = min(t.times.numel() for t in times.values())
-    if fewest < needed:
-        return f"{fewest} pairs per cell: an upper bound on the quantile at this confidence needs >= {needed}"
-    return ""
+    pairs = (f"{fewest} pairs per cell: an upper bound on the quantile at this confidence needs >= {needed}"
+             if fewest < needed else "")
+    if censored:
+        return (f"the step budget limits the decision{'' if pairs else ', not the pairs'}: the {CLAIM_LEVEL:.0%} "
+                f"quantile is censored at n = {censored} (bounded from below only); a larger budget "
+                f"(grid.max_steps) would decide" + (f"; and {pairs}" if pairs else ""))
+    return pairs
 
 
 def _rates(times: Cells) -> list[ExponentialRate]:
