@@ -65,17 +65,23 @@ def test_fit_recovers_a_known_constant_on_synthetic_meeting_times():
     assert fit.censored_fraction == 0 and fit.num_pairs == 2000 and fit.confidence == 0.95
 
 
+def offset_law_times(pairs: int, generator: torch.Generator) -> dict[int, MeetingTimes]:
+    """``pairs`` geometric meeting times at each of n = 4, 8, 16, 32 with mean ``n (3 log n - 1) + 40``: an
+    ``n log n`` law with constant 3 and an ``O(1)`` term, spread in proportion to the mean."""
+    by_n = {}
+    for n in (4, 8, 16, 32):
+        p = 1 / (n * (3 * math.log(n) - 1) + 40)
+        uniform = torch.rand(pairs, generator=generator, dtype=torch.float64)
+        by_n[n] = MeetingTimes(times=torch.ceil(torch.log1p(-uniform) / math.log1p(-p)).long(),
+                               censored=torch.zeros(pairs, dtype=torch.bool))
+    return by_n
+
+
 def test_the_extrapolation_removes_an_order_one_term_that_biases_the_plain_fit():
     """Geometric times with mean n (3 log n - 1) + 40 at n = 4..32 (500 pairs each): the constant term 40 in T is a
     finite-size effect the plain fit folds into C (its interval misses 3), while C_inf of T / n = C log n + B + D / n
     holds 3 and D = 40 is recovered within a third; with three lengths there is no extrapolation."""
-    generator = torch.Generator().manual_seed(1)
-    by_n = {}
-    for n in (4, 8, 16, 32):
-        p = 1 / (n * (3 * math.log(n) - 1) + 40)
-        uniform = torch.rand(500, generator=generator, dtype=torch.float64)
-        by_n[n] = MeetingTimes(times=torch.ceil(torch.log1p(-uniform) / math.log1p(-p)).long(),
-                               censored=torch.zeros(500, dtype=torch.bool))
+    by_n = offset_law_times(500, torch.Generator().manual_seed(1))
     fit = fit_scaling(by_n)
     assert not fit.C_low < 3 < fit.C_high
     assert fit.C_inf_low < 3 < fit.C_inf_high and abs(fit.D - 40) < 40 / 3
@@ -87,19 +93,12 @@ def test_the_extrapolation_removes_an_order_one_term_that_biases_the_plain_fit()
 def test_the_extrapolated_interval_covers_at_its_level_when_the_law_has_the_fitted_form():
     """400 replicates of the sweep-ising design's shape (64 geometric times at each of n = 4..32, mean n (3 log n -
     1) + 40, spread proportional to the mean): the 95 % interval of C_inf holds 3 in 95 % of them. Binomial sd of
-    the observed rate at 400 replicates is 0.011, so [0.925, 0.975] is a 2.3 sd window; an interval on the wrong
-    coefficient's variance, without the t quantile's spread or with a pooled variance too small for the noisiest
-    lengths leaves it."""
+    the observed rate at 400 replicates is 0.011, so [0.925, 0.975] is a 2.3 sd window; an interval on a variance
+    30 % too small leaves it (365 / 400 hold, checked)."""
     generator = torch.Generator().manual_seed(7)
     held = 0
     for _ in range(400):
-        by_n = {}
-        for n in (4, 8, 16, 32):
-            p = 1 / (n * (3 * math.log(n) - 1) + 40)
-            uniform = torch.rand(64, generator=generator, dtype=torch.float64)
-            by_n[n] = MeetingTimes(times=torch.ceil(torch.log1p(-uniform) / math.log1p(-p)).long(),
-                                   censored=torch.zeros(64, dtype=torch.bool))
-        fit = fit_scaling(by_n)
+        fit = fit_scaling(offset_law_times(64, generator))
         held += fit.C_inf_low < 3 < fit.C_inf_high
     assert 0.925 <= held / 400 <= 0.975
 
