@@ -218,14 +218,21 @@ def _growth_lines(growths: list[Growth], times: Cells) -> list[str]:
     return [*lines, limit] if limit else lines
 
 
+def _pair_shortfall(times: Cells, confidence: float) -> tuple[int, int] | None:
+    """``(fewest, needed)`` when some cell has fewer pairs than a bound on the ``CLAIM_LEVEL`` quantile needs at
+    ``confidence`` (:func:`minimum_pairs`), else ``None``."""
+    needed = minimum_pairs(CLAIM_LEVEL, confidence)
+    fewest = min(t.times.numel() for t in times.values())
+    return (fewest, needed) if fewest < needed else None
+
+
 def _limit(times: Cells, confidence: float) -> str:
     """What keeps a quantile's upper bound infinite, if anything: the step budget (the quantile is censored), the
     number of pairs, or both."""
     censored = sorted({n for (_, n), t in times.items() if t.censored_fraction > 1 - CLAIM_LEVEL})
-    needed = minimum_pairs(CLAIM_LEVEL, confidence)
-    fewest = min(t.times.numel() for t in times.values())
-    pairs = (f"{fewest} pairs per cell: an upper bound on the quantile at this confidence needs >= {needed}"
-             if fewest < needed else "")
+    shortfall = _pair_shortfall(times, confidence)
+    pairs = (f"{shortfall[0]} pairs per cell: an upper bound on the quantile at this confidence needs >= "
+             f"{shortfall[1]}" if shortfall else "")
     if censored:
         return (f"the step budget limits the decision{'' if pairs else ', not the pairs'}: the {CLAIM_LEVEL:.0%} "
                 f"quantile is censored at n = {censored} (bounded from below only); a larger budget "
@@ -253,9 +260,9 @@ def _metastable_verdict(times: Cells) -> tuple[str, list[str]]:
     if not rates:
         return OPEN, ["no temperature has every length"]
     lines = [f"tau={r.temperature:g}: {r.describe()}" for r in rates]
-    needed = minimum_pairs(CLAIM_LEVEL, rates[0].confidence)
-    fewest = min(t.times.numel() for t in times.values())
-    if fewest < needed:
+    shortfall = _pair_shortfall(times, rates[0].confidence)
+    if shortfall:
+        fewest, needed = shortfall
         return OPEN, [*lines, f"{fewest} pairs per cell: the {CLAIM_LEVEL:.0%} quantile of so few pairs is one of "
                               "their largest times, whose bootstrap spread understates its own, so these intervals "
                               f"decide nothing; a rate at this confidence needs >= {needed} pairs per cell"]
