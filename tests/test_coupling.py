@@ -1,4 +1,5 @@
 import math
+from fractions import Fraction
 
 import pytest
 import torch
@@ -6,7 +7,13 @@ from scipy.stats import chisquare
 
 from helpers import chi_square_pvalue
 from mlm_dynamics import GlauberSampler, PairwiseMRFDenoiser
-from mlm_dynamics.diagnostics.meeting import MeetingTimes, lagged_meeting_times, meeting_times, meeting_times_of
+from mlm_dynamics.diagnostics.meeting import (
+    MeetingTimes,
+    cover_time_quantile,
+    lagged_meeting_times,
+    meeting_times,
+    meeting_times_of,
+)
 from mlm_dynamics.sampling.coupling import CoupledGlauberChains, maximal_coupling
 from mlm_dynamics.sampling.exact import glauber_transition_matrix, state_index, tv_to_stationarity
 from mlm_dynamics.sampling.streams import stream_key
@@ -258,3 +265,21 @@ def test_pairs_may_keep_moving_after_they_meet_while_others_leave():
     # pair 0 stopped and frozen: nothing; pair 1 stopped: its x moves on alone, y stays; pair 2: both chains
     assert fresh.rows == 1 + 2 and bool(fresh.stopped[:2].all()) and (meeting_times_of(fresh).times[:2] == 0).all()
     assert torch.equal(fresh.y[:2], torch.ones(2, 5, dtype=torch.long)) and fresh.x.tokens[0].sum() == 0
+
+
+@pytest.mark.parametrize("sites", [1, 2, 3, 5, 8, 13])
+@pytest.mark.parametrize("level", [0.1, 0.5, 0.9])
+def test_cover_time_quantile_is_the_exact_quantile_of_the_coupon_collectors_time(sites, level):
+    """Against the inclusion-exclusion law in exact rationals, P(C_n <= t) = sum_k (-1)^k C(n, k) (1 - k / n)^t: the
+    returned t is the least with P(C_n <= t) >= level (one step early or late fails one of the two inequalities)."""
+    def covered_by(t: int) -> Fraction:
+        return sum((Fraction((-1) ** k * math.comb(sites, k)) * (1 - Fraction(k, sites)) ** t
+                    for k in range(sites + 1)), Fraction(0))
+
+    t = cover_time_quantile(sites, level)
+    assert covered_by(t) >= level > covered_by(t - 1)
+
+
+def test_cover_time_quantile_refuses_a_site_count_below_one():
+    with pytest.raises(ValueError, match="sites must be an integer >= 1"):
+        cover_time_quantile(0)

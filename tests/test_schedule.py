@@ -388,3 +388,80 @@ def test_step_time_noise_is_not_billed_to_the_runs(clock, denoiser):
     charged = scheduled.seconds_used - 7 * 4 * 0.08 - 2.0 * scheduled.runs  # beyond the runs and seven estimates
     assert scheduled.runs >= 40
     assert 0.0 <= charged <= 1.25
+
+
+class Stepped(Probe):
+    """``steps`` forwards of the 4 start rows (0.08 s each on the fake clock: 0.02 s per row), which a first run that
+    does not fit may lower, down to ``least``."""
+
+    group = "stepped"
+
+    def __init__(self, steps: int, least: int) -> None:
+        self.steps, self.least = steps, least
+
+    def keys(self):
+        return ()
+
+    def measure(self, denoiser, starts, generator):
+        for _ in range(self.steps):
+            denoiser.conditional_logits(starts.tokens, starts.sites[:, :1])
+        return {"steps": float(self.steps)}
+
+    def forward_rows(self, rows, sites):
+        return rows * self.steps
+
+    def smaller_run(self, rows, sites):
+        return "steps", self.least
+
+
+def test_a_first_run_that_does_not_fit_runs_smaller_using_what_is_left_and_says_so(clock, denoiser):
+    """A full run (100 forwards, 8 s) needs 160 s of loop at overhead=0.05; the first due step comes at 50 s. The
+    first run lowers its steps to the most that fit what is left (to one forward: one more would pass the cap), logs
+    run_fraction = steps / 100 and keeps its estimate at the full run's 8 s (its seconds per row times the full
+    rows); later due steps wait for a full run (no second smaller one), and the diagnostics never pass the cap. A
+    scheduler that ignored the smaller run would log nothing at 50 s; one that kept the smaller run's seconds as its
+    estimate (2 s) would start the full run far too early."""
+    scheduled = ScheduledProbe(Stepped(steps=100, least=10), every_n_steps=100, overhead=0.05)
+    scheduled.prepare(denoiser.model, denoiser)
+    logged, caps = [], []
+    for step in range(1, 801):
+        clock.now += 0.5
+        scheduled.capture(batch())
+        if scheduled.due(step) and (metrics := scheduled.run(denoiser.model, denoiser, stage="train")) is not None:
+            logged.append(metrics)
+            caps.append(0.05 * scheduled.loop_seconds)
+            assert scheduled.seconds_used <= caps[-1] + 1e-9
+    first, steps = logged[0], int(logged[0]["stepped/train/steps"])
+    assert 10 <= steps < 100 and first["stepped/train/run_fraction"] == steps / 100
+    assert scheduled.probe.steps == 100  # its own option back
+    seconds_after_first = 0.32 + steps * 0.08  # the estimate's 4 timed forwards on the batch, then the run
+    assert seconds_after_first <= caps[0] < seconds_after_first + 0.08  # as many forwards as fit, not one fewer
+    assert scheduled.estimate == pytest.approx(8.0)
+    assert [m["stepped/train/steps"] for m in logged[1:]] == [100.0] * (len(logged) - 1) and len(logged) > 1
+    assert all(m["stepped/train/run_fraction"] == 1.0 for m in logged[1:])
+    assert logged[1]["stepped/train/skipped_runs"] > 0  # the due steps in between waited for the full cost
+
+
+def test_a_smaller_run_below_the_probes_least_value_is_not_run(clock, denoiser):
+    """The same probe with least = 50: what fits at the first due steps (27 forwards at 50 s, 58 at 100 s) is below
+    it at 50 s, so that step is skipped; at 100 s 58 >= 50 fit and run."""
+    scheduled = ScheduledProbe(Stepped(steps=100, least=50), every_n_steps=100, overhead=0.05)
+    scheduled.prepare(denoiser.model, denoiser)
+    logged = loop(scheduled, denoiser, clock, steps=200, step_seconds=0.5)
+    assert scheduled.skipped_runs == 1 and len(logged) == 1
+    assert 50 <= logged[0]["stepped/train/steps"] < 100
+
+
+def test_a_first_meeting_time_run_that_does_not_fit_follows_fewer_steps_but_no_fewer_than_cover_the_sites(
+        clock, denoiser):
+    """Coupled pairs on the batch's 30 sites (200 steps, 8 rows a step: 32 s, 640 s of loop at 5 %): at 250 s of
+    loop the 12 s left allow 77 steps, below the 113 a random scan needs to choose all 30 sites half the time, so
+    that due step is skipped; at 500 s about 154 steps fit and run, censored there (budget), with run_fraction
+    saying what share of a full run it was, and the probe's max_steps back at 200."""
+    scheduled = ScheduledProbe(MeetingTimeProbe(max_steps=200, temperature=0.05), every_n_steps=500, overhead=0.05)
+    scheduled.prepare(denoiser.model, denoiser)
+    logged = loop(scheduled, denoiser, clock, steps=1000, step_seconds=0.5)
+    assert scheduled.skipped_runs == 1 and len(logged) == 1 and scheduled.probe.max_steps == 200
+    fraction = logged[0]["mixing/train/run_fraction"]
+    assert 113 <= fraction * 200 < 200 and logged[0]["mixing/train/budget"] <= fraction * 200
+    assert logged[0]["mixing/train/num_pairs"] == 4.0

@@ -40,7 +40,11 @@ also held to what is left of the budget when it starts: past it, the next forwar
 (:func:`~mlm_dynamics.models.base.forward_deadline`), the run is counted (``stopped_runs``), its partial results are
 logged where the probe can state them honestly (meeting times censored at the steps reached, with their ``budget``) and
 discarded otherwise, and the next run waits for the full cost it showed; the diagnostics therefore exceed ``overhead``
-by at most one forward pass. ``budget_seconds`` is an absolute cap on top.
+by at most one forward pass. ``budget_seconds`` is an absolute cap on top. A loop too short for a full run still gets
+one measurement: a first run that does not fit runs smaller when the probe has a smaller run that still measures what
+its keys name (:meth:`Probe.smaller_run`: fewer coupled steps, but no fewer than a random scan needs to choose every
+site half the time; fewer rectangles; fewer long-run steps), sized to what is left of ``overhead`` at the full run's
+expected seconds per forward row, and logs ``run_fraction``; later runs are full ones, each when it fits.
 
 **Failures never end the run.** A run that fails (a numerical refusal, running out of memory, a model quirk) is
 caught, warned about once per cause with what to change, counted (``failed_runs``, logged), and the loop goes on;
@@ -105,6 +109,9 @@ SCHEDULE_KEYS = (
                               "for the full cost they showed)", "count"),
     MetricKey("overhead", "seconds of diagnostics over the loop's own seconds so far (realised; capped by "
                           "overhead=)", "fraction", "once the loop has run"),
+    MetricKey("run_fraction", "this run's forward rows over a full run's: 1, or less for a first run that did not "
+                              "fit within overhead and ran smaller (fewer steps or rectangles: the probe's own keys "
+                              "say how many)", "fraction"),
 )
 
 
@@ -133,6 +140,13 @@ class Probe(abc.ABC):
     def forward_rows(self, rows: int, sites: int) -> int | None:
         """The most forward rows one run can cost on ``rows`` start rows of ``sites`` resampled positions (the cost
         estimate before the first run); ``None``: unknown (the first run is then not budgeted ahead)."""
+        del rows, sites
+        return None
+
+    def smaller_run(self, rows: int, sites: int) -> tuple[str, int] | None:
+        """The integer option a smaller run lowers and the least value at which a run still measures what the keys
+        name (the scheduler runs such a run when a first run does not fit within ``overhead``, :meth:`forward_rows`
+        sizing it); ``None``: no smaller run. Default: none."""
         del rows, sites
         return None
 
@@ -425,7 +439,9 @@ class ScheduledProbe:
         spent = _max_over_ranks(self.seconds_used)
         if self.budget_seconds is not None and spent >= self.budget_seconds:
             return None
-        if not _all_ranks(self.affordable(spent)):
+        fits = _all_ranks(self.affordable(spent))
+        options, fraction = ({}, 1.0) if fits else self._smaller_run(denoiser, spent)
+        if not fits and not _all_ranks(bool(options)):  # every rank runs, or none
             self.skipped_runs += 1
             if self.skipped_runs == 1:
                 LOGGER.info(f"{type(self.probe).__name__}: a due run was skipped to keep the diagnostics within "
@@ -439,8 +455,14 @@ class ScheduledProbe:
         self._read_batch()  # only now that a run happens: a skipped step copies nothing
         allowed = self._allowed(spent)
         started = time.perf_counter()
+        if options:
+            LOGGER.info(f"{type(self.probe).__name__}: a first run did not fit within overhead={self.overhead} of the "
+                        f"loop ({spent:.1f} s used, a run costs about {self.estimate or 0:.1f} s, "
+                        f"{self.loop_seconds:.1f} s of loop so far); a smaller one runs instead, "
+                        f"{', '.join(f'{k}={v}' for k, v in options.items())} ({fraction:.0%} of a full run's forward "
+                        "rows; run_fraction logs it); full runs follow when they fit.")
         try:
-            with forward_deadline(math.inf if allowed is None else allowed) as limit:
+            with forward_deadline(math.inf if allowed is None else allowed) as limit, _options(self.probe, options):
                 metrics = self._measure(module, denoiser, stage)
         except OutOfTime:
             metrics = {}
@@ -458,16 +480,16 @@ class ScheduledProbe:
             self._stopped(denoiser, elapsed, limit.rows, kept=bool(metrics))
         if metrics:
             self.runs += 1
-            if not limit.refused:
-                self.estimate = self._last_run_seconds = elapsed
+            if not limit.refused:  # a smaller run's seconds per forward row, times a full run's rows
+                self.estimate = self._last_run_seconds = elapsed / fraction
         if self.budget_seconds is not None and self.seconds_used >= self.budget_seconds and _rank() == 0:
             warnings.warn(f"{type(self.probe).__name__}: diagnostics budget of {self.budget_seconds}s spent; no "
                           "further runs", stacklevel=2)
-        fraction = self.seconds_used / self.loop_seconds if self.loop_seconds > 0 else math.nan
+        share = self.seconds_used / self.loop_seconds if self.loop_seconds > 0 else math.nan
         if self.probe.pooled:  # every rank measured: log the busiest rank's fraction, the same value on every rank
-            fraction = _max_over_ranks(fraction)
+            share = _max_over_ranks(share)
         bookkeeping = {"failed_runs": float(self.failed_runs), "skipped_runs": float(self.skipped_runs),
-                       "stopped_runs": float(self.stopped_runs), "overhead": fraction}
+                       "stopped_runs": float(self.stopped_runs), "overhead": share, "run_fraction": fraction}
         self.last_metrics = {f"{name}{key}": value for key, value in {**metrics, **bookkeeping}.items()}
         return self.last_metrics
 
@@ -485,6 +507,31 @@ class ScheduledProbe:
                 self._measured_estimate = min(timed, self._measured_estimate or timed)
                 self.estimate = self._measured_estimate
         self._spent(time.perf_counter() - started)
+
+    def _smaller_run(self, denoiser: Denoiser, spent: float) -> tuple[dict[str, int], float]:
+        """Before the first measurement, when a full run does not fit: the probe's option
+        (:meth:`Probe.smaller_run`) lowered to the largest value whose forward rows fit what is left of ``overhead``
+        (and of ``budget_seconds``) at the full run's expected seconds per row, if that is not below the probe's
+        least value; with the fraction of a full run's forward rows it costs. ``({}, 1.0)``: no smaller run."""
+        if self.runs or self.overhead is None or not self.estimate:
+            return {}, 1.0
+        try:
+            sites = int(self.starts(denoiser).counts.max())
+        except FAILURES:  # no readable starts: the run's own path says why
+            return {}, 1.0
+        smaller, full = self.probe.smaller_run(self.num_starts, sites), self.probe.forward_rows(self.num_starts, sites)
+        if smaller is None or not full:
+            return {}, 1.0
+        left = self.overhead * self.loop_seconds - spent
+        if self.budget_seconds is not None:
+            left = min(left, self.budget_seconds - spent)
+        option, least = smaller
+        for value in range(int(getattr(self.probe, option)) - 1, least - 1, -1):
+            with _options(self.probe, {option: value}):
+                rows = self.probe.forward_rows(self.num_starts, sites)
+            if rows is not None and rows * self.estimate <= left * full:
+                return {option: value}, rows / full
+        return {}, 1.0
 
     def _allowed(self, spent: float) -> float | None:
         """The seconds this run may take before it is stopped: what is left of ``overhead`` times the loop's seconds
@@ -575,6 +622,19 @@ class ScheduledProbe:
         self.last_metrics = dict(state["last_metrics"])
         self.latest = None if state.get("latest") is None else BatchRows(**state["latest"])
         self.probe.load_state_dict(state.get("probe", {}))
+
+
+@contextmanager
+def _options(probe: Probe, options: dict[str, int]) -> Iterator[None]:
+    """``probe`` with ``options`` set (a smaller run), its own values back afterwards."""
+    saved = {name: getattr(probe, name) for name in options}
+    for name, value in options.items():
+        setattr(probe, name, value)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(probe, name, value)
 
 
 class WeightsNotRestored(RuntimeError):
