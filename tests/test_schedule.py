@@ -13,6 +13,7 @@ import torch
 from mlm_dynamics.models.base import OutOfTime, forward_deadline
 from mlm_dynamics.probes import MeetingTimeProbe, base
 from mlm_dynamics.probes.base import Probe, ScheduledProbe, WeightsNotRestored
+from mlm_dynamics.probes.starts import BatchRows, start_states
 from mlm_dynamics.training.masked_lm import tiny_bert_denoiser
 
 
@@ -465,3 +466,20 @@ def test_a_first_meeting_time_run_that_does_not_fit_follows_fewer_steps_but_no_f
     fraction = logged[0]["mixing/train/run_fraction"]
     assert 113 <= fraction * 200 < 200 and logged[0]["mixing/train/budget"] <= fraction * 200
     assert logged[0]["mixing/train/num_pairs"] == 4.0
+
+
+@pytest.mark.parametrize(("max_steps", "warned"), [(50, True), (113, False)])
+def test_a_meeting_time_budget_below_the_cover_time_of_the_sites_is_said_once(denoiser, caplog, max_steps, warned):
+    """The batch's rows have 30 sites, which a random scan chooses all of within 113 steps half the time: 50 steps
+    leave most pairs censored whatever the model, and the probe says so once (two runs, one warning); 113 is
+    quiet."""
+    probe = MeetingTimeProbe(max_steps=max_steps)
+    starts = start_states(denoiser, BatchRows(batch()))
+    with caplog.at_level("WARNING", logger="mlm_dynamics"):
+        for _ in range(2):
+            probe.measure(denoiser, starts, torch.Generator().manual_seed(0))
+    said = [r.getMessage() for r in caplog.records if "max_steps=" in r.getMessage()]
+    assert said == (["MeetingTimeProbe: max_steps=50 is below the 113 steps a random scan needs to choose all 30 "
+                     "sites of the longest start row half the time, so even a perfect coupling would leave most "
+                     "pairs censored at the budget: a censored median says little about the model here. Raise "
+                     "max_steps to 113 or more, or start from shorter rows."] if warned else [])

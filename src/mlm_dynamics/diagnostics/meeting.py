@@ -19,6 +19,7 @@ Summaries of the times (quantiles with intervals, the restricted mean, censoring
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -180,6 +181,7 @@ def lagged_meeting_times(sampler: GlauberSampler, x0: Tensor, y0: Tensor, *, lag
     return meeting_times_of(state, lag=lag)
 
 
+@functools.cache
 def cover_time_quantile(sites: int, level: float = 0.5) -> int:
     """The ``level`` quantile of the random-scan steps until every one of ``sites`` positions was chosen at least once
     (the coupon collector's time): the least ``t`` with ``P(C_n <= t) >= level``, exactly.

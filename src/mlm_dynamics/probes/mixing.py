@@ -16,7 +16,7 @@ from ..models.base import Denoiser, OutOfTime
 from ..sampling.categorical import check_temperature
 from ..sampling.coupling import CoupledGlauberChains, CoupledState, randomize_sites
 from ..sampling.glauber import GlauberSampler
-from .base import SCHEDULE_KEYS, MetricKey, Probe
+from .base import LOGGER, SCHEDULE_KEYS, MetricKey, Probe
 from .starts import StartStates
 
 _QUANTILE_KEYS = tuple(
@@ -88,6 +88,7 @@ class MeetingTimeProbe(Probe):
         self.lagged = MeetingTimeMetric(tv_steps=self.t_values) if lag else None
         self.latest: MeetingTimes | None = None
         self._draws: list[dict[str, list[int]]] = []
+        self._said_short = False
 
     def draws(self) -> list[dict[str, list[int]]]:
         """The first pair of the latest run: both chains at step 0, and where they met (or both at its end)."""
@@ -109,6 +110,7 @@ class MeetingTimeProbe(Probe):
     def measure(self, denoiser: Denoiser, starts: StartStates, generator: torch.Generator) -> dict[str, float]:
         """Run coupled pairs from the starts against independent fillings; meeting-time summary (and lagged bounds)."""
         self._draws = []  # a run that fails or is discarded leaves no draws behind
+        self._say_if_short(int(starts.counts.max()))
         sampler = GlauberSampler(denoiser, self.temperature)
         chains = CoupledGlauberChains(sampler, freeze_met=True)  # a met pair needs no more rows
         tokens, sites, counts = starts.tokens, starts.sites, starts.counts
@@ -138,6 +140,19 @@ class MeetingTimeProbe(Probe):
                 self.lagged.update(lagged)
                 metrics.update({f"lagged/{k}": v for k, v in self.lagged.compute().items()})
         return metrics
+
+
+    def _say_if_short(self, sites: int) -> None:
+        """Once: a warning when ``max_steps`` is below the median steps a random scan needs to choose each of the
+        longest row's ``sites`` (:func:`cover_time_quantile`): most pairs are then censored whatever the model."""
+        needed = cover_time_quantile(max(sites, 1))
+        if self.max_steps < needed and not self._said_short:
+            self._said_short = True
+            LOGGER.warning(f"MeetingTimeProbe: max_steps={self.max_steps} is below the {needed} steps a random scan "
+                           f"needs to choose all {sites} sites of the longest start row half the time, so even a "
+                           "perfect coupling would leave most pairs censored at the budget: a censored median says "
+                           f"little about the model here. Raise max_steps to {needed} or more, or start from shorter "
+                           "rows.")
 
 
 def _pair_draw(x0: torch.Tensor, y0: torch.Tensor, state: CoupledState) -> dict[str, list[int]]:
