@@ -16,7 +16,8 @@ Schedule: every ``every_n_train_steps`` optimizer steps (once per optimizer step
 never trigger a run), at the end of validation, and/or at the end of predict; never during the sanity check. Everything
 a run needs is checked when fit, validation or predict starts, and the expected cost of a run is logged then. The
 diagnostics take at most ``overhead`` (default 5 %) of the fit's wall-clock time: a due run that would exceed it is
-skipped and counted (``skipped_runs``), and a run that outlasts its estimate is stopped at the budget's end and counted
+skipped and counted (``skipped_runs``; a first run that does not fit runs smaller when the probe has a smaller run,
+logging ``run_fraction``), and a run that outlasts its estimate is stopped at the budget's end and counted
 (``stopped_runs``; meeting times are kept censored at the steps reached); ``budget_seconds`` caps the total on top. The
 fraction is each callback's own: three callbacks at ``overhead=0.05`` take up to 15 % together (give each a share). A
 run that fails is warned about once, counted (``failed_runs``) and the fit goes on (``strict=True`` raises instead).

@@ -14,7 +14,8 @@ only looks at the inputs; ``start_tokens=`` fixes them instead.
 
 **Schedule**: every ``every_n_steps`` optimizer steps (``state.global_step``: gradient accumulation runs once per
 optimizer step) and after each evaluation (``at_evaluate``), within ``overhead`` (default 5 %) of the fine-tune's
-wall-clock time, evaluations included: a due run that would exceed it is skipped and counted (``skipped_runs``), a run
+wall-clock time, evaluations included: a due run that would exceed it is skipped and counted (``skipped_runs``; a
+first run that does not fit runs smaller instead where the probe has a smaller run: ``run_fraction``), a run
 that outlasts its estimate is stopped at the budget's end (``stopped_runs``; meeting times kept censored there), and the
 expected cost of a run is logged when training starts. A run that fails is warned about once, counted (``failed_runs``)
 and the fine-tune goes on (``strict=True`` raises instead). Each run is isolated as everywhere in the package (modes,
