@@ -141,7 +141,6 @@ class MeetingTimeProbe(Probe):
                 metrics.update({f"lagged/{k}": v for k, v in self.lagged.compute().items()})
         return metrics
 
-
     def _say_if_short(self, sites: int) -> None:
         """Once: a warning when ``max_steps`` is below the median steps a random scan needs to choose each of the
         longest row's ``sites`` (:func:`cover_time_quantile`): most pairs are then censored whatever the model."""
