@@ -411,7 +411,7 @@ class Stepped(Probe):
     def forward_rows(self, rows, sites):
         return rows * self.steps
 
-    def smaller_run(self, rows, sites):
+    def smaller_run(self, sites):
         return "steps", self.least
 
 

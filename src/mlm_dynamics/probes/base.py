@@ -143,11 +143,11 @@ class Probe(abc.ABC):
         del rows, sites
         return None
 
-    def smaller_run(self, rows: int, sites: int) -> tuple[str, int] | None:
-        """The integer option a smaller run lowers and the least value at which a run still measures what the keys
-        name (the scheduler runs such a run when a first run does not fit within ``overhead``, :meth:`forward_rows`
-        sizing it); ``None``: no smaller run. Default: none."""
-        del rows, sites
+    def smaller_run(self, sites: int) -> tuple[str, int] | None:
+        """The integer option a smaller run lowers and the least value at which a run from rows of at most ``sites``
+        resampled positions still measures what the keys name (the scheduler runs such a run when a first run does
+        not fit within ``overhead``, :meth:`forward_rows` sizing it); ``None``: no smaller run. Default: none."""
+        del sites
         return None
 
     def state_dict(self) -> dict[str, Any]:
@@ -519,7 +519,7 @@ class ScheduledProbe:
             sites = int(self.starts(denoiser).counts.max())
         except FAILURES:  # no readable starts: the run's own path says why
             return {}, 1.0
-        smaller, full = self.probe.smaller_run(self.num_starts, sites), self.probe.forward_rows(self.num_starts, sites)
+        smaller, full = self.probe.smaller_run(sites), self.probe.forward_rows(self.num_starts, sites)
         if smaller is None or not full:
             return {}, 1.0
         left = self.overhead * self.loop_seconds - spent

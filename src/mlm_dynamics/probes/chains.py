@@ -132,9 +132,9 @@ class DriftProbe(Probe):
         """``B steps_per_run`` chain rows, plus one embedding of ``B`` rows per observation."""
         return rows * self.steps_per_run + rows * (self.steps_per_run // self.every + 1)
 
-    def smaller_run(self, rows: int, sites: int) -> tuple[str, int] | None:
+    def smaller_run(self, sites: int) -> tuple[str, int] | None:
         """Fewer steps this run, down to one observation (``every``): the chains continue from there at the next."""
-        del rows, sites
+        del sites
         return "steps_per_run", min(self.every, self.steps_per_run)
 
     def measure(self, denoiser: Denoiser, starts: StartStates, generator: torch.Generator) -> dict[str, float]:

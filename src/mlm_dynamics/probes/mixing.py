@@ -99,12 +99,11 @@ class MeetingTimeProbe(Probe):
         pairs = 2 * rows * self.max_steps
         return pairs if self.lag is None else 2 * pairs + rows * self.lag
 
-    def smaller_run(self, rows: int, sites: int) -> tuple[str, int] | None:
+    def smaller_run(self, sites: int) -> tuple[str, int] | None:
         """Fewer steps, down to the median time a random scan takes to choose each of ``sites`` sites
         (:func:`~mlm_dynamics.diagnostics.meeting.cover_time_quantile`): a pair censored at a smaller budget says
         nothing about the model, since even a perfect coupling meets there less than half the time; the pairs are
         censored at the smaller budget, which ``budget`` logs. None with ``lag`` (its bounds need the full budget)."""
-        del rows
         return None if self.lag is not None else ("max_steps", cover_time_quantile(max(sites, 1)))
 
     def measure(self, denoiser: Denoiser, starts: StartStates, generator: torch.Generator) -> dict[str, float]:
@@ -192,9 +191,9 @@ class RectangleProbe(Probe):
         """``B pairs_per_context (2 num_tokens + 2)``."""
         return rows * self.pairs_per_context * (2 * self.num_tokens + 2)
 
-    def smaller_run(self, rows: int, sites: int) -> tuple[str, int] | None:
+    def smaller_run(self, sites: int) -> tuple[str, int] | None:
         """Fewer rectangles per start row, down to one (``num_rectangles`` logs how many)."""
-        del rows, sites
+        del sites
         return "pairs_per_context", 1
 
     def measure(self, denoiser: Denoiser, starts: StartStates, generator: torch.Generator) -> dict[str, float]:
