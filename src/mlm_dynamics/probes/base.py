@@ -452,7 +452,7 @@ class ScheduledProbe:
         if not self.probe.pooled and _rank() != 0:
             return None
         name = f"{self.prefix}{self.probe.group}/{stage}/"
-        self._read_batch()  # only now that a run happens: a skipped step copies nothing
+        self._read_batch()  # only now that a run happens: a skipped step copies nothing (unless _smaller_run read it)
         allowed = self._allowed(spent)
         started = time.perf_counter()
         if options:
