@@ -28,7 +28,8 @@ PUBLIC = {
     # diagnostics
     "MeetingTimes", "meeting_times", "lagged_meeting_times", "RectangleReport", "sample_rectangles",
     "InfluenceEstimate", "estimate_influence", "LocalMargins", "local_margins", "ScalingFit", "fit_scaling", "rhat",
-    "ess", "ParallelCommitError", "parallel_commit_error", "confidence_profile",
+    "ess", "ParallelCommitError", "parallel_commit_error", "confidence_profile", "MixingLowerBound",
+    "mixing_lower_bound", "Witness",
     # jobs
     "load_config", "RunConfig", "SweepConfig", "run_chains", "run_sweep", "CaseStudyConfig", "run_case_study",
     "RectangleTableConfig", "run_rectangle_table",

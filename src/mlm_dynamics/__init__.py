@@ -49,6 +49,8 @@ _EXPORTS: dict[str, str] = {
     "ParallelCommitError": "diagnostics.parallel", "parallel_commit_error": "diagnostics.parallel",
     "confidence_profile": "diagnostics.parallel",
     "LocalMargins": "diagnostics.margins", "local_margins": "diagnostics.margins",
+    "MixingLowerBound": "diagnostics.witness", "mixing_lower_bound": "diagnostics.witness",
+    "Witness": "diagnostics.witness",
     "ScalingFit": "diagnostics.scaling", "fit_scaling": "diagnostics.scaling",
     "rhat": "diagnostics.convergence", "ess": "diagnostics.convergence",
     # jobs and their configs
@@ -90,6 +92,7 @@ __all__ = [
     "MeetingTimeMetric",
     "MeetingTimes",
     "MixingDiagnostics",
+    "MixingLowerBound",
     "PairwiseMRFDenoiser",
     "ParallelCommitError",
     "ParallelDecoding",
@@ -111,6 +114,7 @@ __all__ = [
     "TrapIntervention",
     "TrapTracker",
     "VocabInfo",
+    "Witness",
     "__version__",
     "as_generator",
     "confidence_profile",
@@ -125,6 +129,7 @@ __all__ = [
     "load_english_mlm",
     "local_margins",
     "meeting_times",
+    "mixing_lower_bound",
     "monitor_sampler",
     "parallel_commit_error",
     "rhat",
@@ -171,6 +176,7 @@ if TYPE_CHECKING:  # the same names, for type checkers and IDEs
     from .diagnostics.parallel import ParallelCommitError, confidence_profile, parallel_commit_error
     from .diagnostics.rectangle import RectangleReport, sample_rectangles
     from .diagnostics.scaling import ScalingFit, fit_scaling
+    from .diagnostics.witness import MixingLowerBound, Witness, mixing_lower_bound
     from .embedders.base import HiddenStateEmbedder, SentenceEmbedder
     from .experiments.config import RunConfig, SweepConfig, load_config
     from .experiments.rectangles import RectangleTableConfig, run_rectangle_table

@@ -12,6 +12,7 @@ from .quantiles import DEFAULT_LEVELS, quantile_key, quantile_summary, quantiles
 from .rectangle import RectangleReport, float_tolerance, rectangle_grid, sample_rectangles
 from .scaling import Growth, ScalingFit, SlowBracket, fit_by_temperature, fit_scaling, growth_exponent, slow_brackets
 from .survival import QuantileEstimate, SurvivalSummary, estimate_quantile, summarise_survival
+from .witness import MixingLowerBound, Witness, chains_to_certify, mixing_lower_bound
 
 __all__ = [
            "DEFAULT_LEVELS",
@@ -20,11 +21,14 @@ __all__ = [
            "InfluenceEstimate",
            "LocalMargins",
            "MeetingTimes",
+           "MixingLowerBound",
            "QuantileEstimate",
            "RectangleReport",
            "ScalingFit",
            "SlowBracket",
            "SurvivalSummary",
+           "Witness",
+           "chains_to_certify",
            "escape_probability_bound",
            "ess",
            "estimate_influence",
@@ -34,6 +38,7 @@ __all__ = [
            "float_tolerance",
            "growth_exponent",
            "local_margins",
+           "mixing_lower_bound",
            "mixing_time_bound",
            "quantile_key",
            "quantile_summary",

@@ -1,0 +1,376 @@
+"""Certified lower bounds on mixing from witnesses: the slow side of the answer.
+
+A coupling bounds mixing from above only (``d(t) <= P(T_meet > t)``); a pair that never met shows that the coupling
+is slow, not that the chain is. The other side: for two initial laws ``a``, ``b`` of a chain with kernel ``P`` and
+stationary law ``pi`` (which every irreducible finite chain has, incompatible conditionals included), and any
+function ``f`` of the state with values in ``[0, 1]`` (a **witness**),
+
+    TV(a P^t, b P^t) >= E_a f(X_t) - E_b f(Y_t)                                              (variational form of TV)
+    d(t) = max_x TV(P^t(x, .), pi) >= TV(a P^t, pi) and likewise for b, so d(t) >= TV(a P^t, b P^t) / 2  (triangle).
+
+So ``d(t) > epsilon`` - that is ``t_mix(epsilon) > t`` - once the witness gap exceeds ``2 epsilon``. Both sides of
+the gap are means of iid terms in ``[0, 1]`` when chain ``i`` from ``a`` (row ``i`` of ``states_a``) and chain ``i``
+from ``b`` are independent across ``i``; the two chains of one coupled pair may be dependent, since each keeps its
+own marginal law and each side is bounded alone. A finite-sample lower confidence bound on ``E_a f`` and an upper one
+on ``E_b f``, each at ``alpha / (2 m)`` for the ``m`` (time, witness) tests examined, give by Bonferroni a lower
+bound on the gap that holds at every time and for every witness together with probability ``>= 1 - alpha``:
+
+- a **binary** witness (values in ``{0, 1}``): the exact Clopper-Pearson limits of a binomial proportion;
+- any other: the betting limits of :mod:`.means` (valid at every sample size, no normal approximation).
+
+``TV(a P^t, b P^t)`` never increases with ``t`` (a Markov kernel contracts TV), so a bound certified at ``t`` holds
+at every earlier time: the reported ``tv_lower`` is the running maximum from the right. A witness may also depend on
+row ``i``'s own starts (``nearer_start``): then the gap bounds the mean over rows of ``TV(P^t(a_i, .), P^t(b_i,
+.))``, still at most ``2 d(t)``, provided the starts are fixed or drawn iid across rows.
+
+A witness must be fixed before the chains it is tested on are seen. The default (``witness=None``) learns one: a
+per-position token-profile classifier (naive Bayes, add-1/2 smoothing) fitted at each time on the first half of the
+rows, tested on the second half (a classifier two-sample test; the split costs half the chains). Cost of the bound:
+no forward rows beyond what the witnesses themselves run (an embedding or an energy per state examined).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from scipy import stats
+from torch import Tensor
+
+from .means import betting_upper_limit
+
+DEFAULT_EPSILON = 0.25
+
+
+@dataclass(frozen=True)
+class Witness:
+    """A function ``f: [N, L] tokens -> [N]`` values in ``[0, 1]``, near 1 for chains like those from start ``a``.
+
+    Attributes:
+        name: the label reported with the bound it gives.
+        fn: the function; it must be fixed before the chains it is tested on are seen.
+        binary: True when every value is 0 or 1 (exact binomial limits apply; checked on every call).
+    """
+
+    name: str
+    fn: Callable[[Tensor], Tensor]
+    binary: bool = False
+
+    def __call__(self, tokens: Tensor) -> Tensor:
+        """``[N]`` float64 values of the witness on ``tokens [N, L]``, checked to lie in its range."""
+        values = torch.as_tensor(self.fn(tokens)).detach().double().cpu()
+        if values.shape != (tokens.shape[0],):
+            raise ValueError(f"witness {self.name!r} must map [N, L] tokens to [N] values, got shape "
+                             f"{tuple(values.shape)} for N = {tokens.shape[0]}")
+        if self.binary and not bool(((values == 0) | (values == 1)).all()):
+            raise ValueError(f"witness {self.name!r} is declared binary but returned values other than 0 and 1")
+        if not bool(((values >= 0) & (values <= 1)).all()):
+            raise ValueError(f"witness {self.name!r} must return values in [0, 1], got range "
+                             f"[{float(values.min())}, {float(values.max())}]")
+        return values
+
+
+def _rows(reference: Tensor, name: str) -> Tensor:
+    """``reference [L]`` or ``[N, L]`` as ``[1 or N, L]``."""
+    reference = torch.as_tensor(reference)
+    if reference.dim() not in (1, 2):
+        raise ValueError(f"{name} must be [L] or [N, L], got shape {tuple(reference.shape)}")
+    return reference if reference.dim() == 2 else reference[None]
+
+
+def _cosine_distance(x: Tensor, y: Tensor) -> Tensor:
+    """``1 - cos(x_i, y_i)`` rowwise for ``[N, D]`` and ``[N or 1, D]``."""
+    return 1 - torch.nn.functional.cosine_similarity(x.double(), y.double(), dim=-1)
+
+
+def nearer_start(starts_a: Tensor, starts_b: Tensor, *, embed: Callable[[Tensor], Tensor] | None = None) -> Witness:
+    """Binary witness ``f_i(x) = 1[dist(x, a_i) < dist(x, b_i)]``: is the chain nearer its row's start from ``a``?
+
+    ``starts_a``, ``starts_b``: ``[L]`` or ``[N, L]`` tokens (row ``i`` the starts of chain ``i`` of each side).
+    ``dist`` is the Hamming distance, or with ``embed`` (``[N, L] -> [N, D]``, e.g. a
+    :class:`~mlm_dynamics.SentenceEmbedder`) the cosine distance of embeddings. Ties count 0. Cost: none, or one
+    embedding per state examined (the starts' embeddings once).
+
+    Examples:
+        >>> import torch
+        >>> from mlm_dynamics.diagnostics.witness import nearer_start
+        >>> f = nearer_start(torch.tensor([0, 0, 0]), torch.tensor([1, 1, 1]))
+        >>> f(torch.tensor([[0, 0, 1], [1, 1, 0]])).tolist()
+        [1.0, 0.0]
+    """
+    a, b = _rows(starts_a, "starts_a"), _rows(starts_b, "starts_b")
+    if a.shape[-1] != b.shape[-1]:
+        raise ValueError(f"starts_a and starts_b must have the same length, got {a.shape[-1]} and {b.shape[-1]}")
+    if embed is None:
+        def hamming(tokens: Tensor) -> Tensor:
+            x = tokens.cpu()
+            return ((x != a).sum(-1) < (x != b).sum(-1)).double()
+        return Witness("nearer_start", hamming, binary=True)
+    ea, eb = embed(a), embed(b)
+
+    def embedded(tokens: Tensor) -> Tensor:
+        e = embed(tokens)
+        return (_cosine_distance(e, ea.to(e.device)) < _cosine_distance(e, eb.to(e.device))).double().cpu()
+    return Witness("nearer_start_embedding", embedded, binary=True)
+
+
+def agreement(reference: Tensor) -> Witness:
+    """Witness ``f_i(x) = (1 / L) sum_j 1[x_j = r_ij]``: the share of positions agreeing with ``reference`` (``[L]``
+    or ``[N, L]``, e.g. the starts ``a``). Values in ``[0, 1]`` (betting limits). Cost: none."""
+    r = _rows(reference, "reference")
+    return Witness("agreement", lambda tokens: (tokens.cpu() == r).double().mean(-1))
+
+
+def within_radius(embed: Callable[[Tensor], Tensor], center: Tensor, radius: float) -> Witness:
+    """Binary witness ``f(x) = 1[1 - cos(e(x), c) <= radius]``: is the chain inside a basin, as the trap detector
+    (:class:`~mlm_dynamics.TrapTracker`) draws one (center ``[D]`` or ``[N, D]``, cosine radius in ``(0, 2)``)?
+    The basin must be fixed before the chains tested are seen (from other chains, or the starts). Cost: one
+    embedding per state examined."""
+    if not 0 < radius < 2:
+        raise ValueError(f"radius must be a cosine distance in (0, 2), got {radius}")
+    c = torch.as_tensor(center)
+
+    def inside(tokens: Tensor) -> Tensor:
+        e = embed(tokens)
+        return (_cosine_distance(e, c.to(e.device)) <= radius).double().cpu()
+    return Witness("within_radius", inside, binary=True)
+
+
+def energy_below(energy: Callable[[Tensor], Tensor], threshold: float | Tensor) -> Witness:
+    """Binary witness ``f_i(x) = 1[E(x) < threshold_i]`` for an energy such as the PLL energy
+    (:class:`~mlm_dynamics.sampling.energy.PseudoLogLikelihoodEnergy`; a scalar or ``[N]`` threshold fixed in
+    advance, e.g. the energy of the starts ``a``). Cost: the energy's own forward rows per state examined."""
+    limit = torch.as_tensor(threshold, dtype=torch.float64)
+    return Witness("energy_below", lambda tokens: (energy(tokens).double().cpu() < limit).double(), binary=True)
+
+
+def _token_profile_witness(train_a: Tensor, train_b: Tensor) -> Witness:
+    """Binary witness learned from ``train_a``, ``train_b`` ``[M, L]``: naive Bayes on per-position token counts,
+    ``1[sum_j log((c_a[j, x_j] + 1/2) / (c_b[j, x_j] + 1/2)) > 0]`` (tokens unseen in training share one bucket)."""
+    vocab = torch.unique(torch.cat([train_a, train_b]).cpu())
+    length = train_a.shape[-1]
+
+    def bucket(tokens: Tensor) -> Tensor:
+        x = tokens.cpu()
+        index = torch.searchsorted(vocab, x).clamp_max(vocab.numel() - 1)
+        return torch.where(vocab[index] == x, index, torch.full_like(index, vocab.numel()))
+
+    def counts(tokens: Tensor) -> Tensor:
+        table = torch.zeros(length, vocab.numel() + 1, dtype=torch.float64)
+        return table.scatter_add_(1, bucket(tokens).T, torch.ones(length, tokens.shape[0], dtype=torch.float64))
+
+    log_ratio = (counts(train_a) + 0.5).log() - (counts(train_b) + 0.5).log()  # [L, U + 1]
+
+    def classify(tokens: Tensor) -> Tensor:
+        score = log_ratio.gather(1, bucket(tokens).T).sum(0)  # [N]
+        return (score > 0).double()
+    return Witness("learned", classify, binary=True)
+
+
+def _side_limits(values: Tensor, binary: bool, alpha: float) -> tuple[float, float]:
+    """``(lower, upper)`` one-sided limits of the mean of iid ``values [N]`` in ``[0, 1]``, each at level
+    ``1 - alpha``: Clopper-Pearson for binary values, betting (:mod:`.means`) otherwise."""
+    n = values.numel()
+    if binary:
+        k = int(values.sum())
+        lower = float(stats.beta.ppf(alpha, k, n - k + 1)) if k > 0 else 0.0
+        upper = float(stats.beta.ppf(1 - alpha, k + 1, n - k)) if k < n else 1.0
+        return lower, upper
+    return 1 - float(betting_upper_limit(1 - values, 1 - alpha)), float(betting_upper_limit(values, 1 - alpha))
+
+
+def chains_to_certify(epsilon: float = DEFAULT_EPSILON, level: float = 0.95, tests: int = 1) -> int:
+    """Least chains per start with which a binary witness that separates the two sides completely certifies
+    ``d(t) > epsilon`` among ``tests`` Bonferroni tests: the least ``N`` with ``2 (alpha / (2 tests))^(1/N) - 1 >
+    2 epsilon`` (each side's Clopper-Pearson limit at ``N`` of ``N``). Double it for the learned witness, which tests
+    half the chains.
+
+    Examples:
+        >>> from mlm_dynamics.diagnostics.witness import chains_to_certify
+        >>> chains_to_certify(0.25, 0.95), chains_to_certify(0.25, 0.95, tests=4)
+        (13, 18)
+    """
+    _check_level_epsilon(level, epsilon)
+    if tests < 1:
+        raise ValueError(f"tests must be >= 1, got {tests}")
+    alpha = (1 - level) / (2 * tests)
+    return math.floor(math.log(alpha) / math.log((1 + 2 * epsilon) / 2)) + 1
+
+
+def _check_level_epsilon(level: float, epsilon: float) -> None:
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    if not 0 < epsilon < 0.5:
+        raise ValueError(f"epsilon must be in (0, 0.5): d(t) >= TV / 2 never certifies more, got {epsilon}")
+
+
+@dataclass
+class MixingLowerBound:
+    """Lower confidence bounds on ``TV(a P^t, b P^t)`` and ``d(t)`` at the times examined (module docstring).
+
+    Attributes:
+        times: ``[T]`` steps (single-site updates per chain), increasing.
+        tv_lower: ``[T]`` lower bound on ``TV(a P^t, b P^t)``, simultaneous over the times at ``level``.
+        gap: ``[T]`` the observed witness gap ``mean f(X_t) - mean f(Y_t)`` of the witness that gave each time's
+            bound: an estimate, not a bound.
+        witness: ``[T]`` name of that witness.
+        num_chains: chains per start the bound was tested on (half the rows for the learned witness).
+        tests: the (time, witness) tests the level is shared over.
+        level: the simultaneous confidence level.
+        epsilon: the distance ``t_mix(epsilon)`` is certified against.
+        learned: True when the witness was learned on the other half of the rows.
+    """
+
+    times: Tensor
+    tv_lower: Tensor
+    gap: Tensor
+    witness: list[str]
+    num_chains: int
+    tests: int
+    level: float
+    epsilon: float = DEFAULT_EPSILON
+    learned: bool = False
+
+    @property
+    def d_lower(self) -> Tensor:
+        """``[T]`` lower bound on ``d(t) = max_x TV(P^t(x, .), pi)``: ``tv_lower / 2``."""
+        return self.tv_lower / 2
+
+    @property
+    def mixing_time_exceeds(self) -> int | None:
+        """The largest ``t`` examined with ``d_lower > epsilon``: ``t_mix(epsilon) > t`` certified at ``level``;
+        None if no time is certified."""
+        certified = (self.d_lower > self.epsilon).nonzero()
+        return int(self.times[certified[-1, 0]]) if certified.numel() else None
+
+    @property
+    def chains_needed(self) -> int:
+        """Chains per start with which a completely separating witness would certify at this design
+        (:func:`chains_to_certify` over ``tests``; doubled for the learned witness)."""
+        return chains_to_certify(self.epsilon, self.level, self.tests) * (2 if self.learned else 1)
+
+    def summary(self) -> dict[str, float]:
+        """``mixing_time_exceeds`` (missing where nothing is certified), ``tv_lower`` and ``d_lower`` at the last
+        time examined, ``tv_lower_t{t}`` at each time, ``num_chains``, ``chains_needed``, ``level``, ``epsilon``."""
+        exceeds = self.mixing_time_exceeds
+        out = {"mixing_time_exceeds": math.nan if exceeds is None else float(exceeds),
+               "tv_lower": float(self.tv_lower[-1]), "d_lower": float(self.d_lower[-1]),
+               "num_chains": float(self.num_chains), "chains_needed": float(self.chains_needed),
+               "level": self.level, "epsilon": self.epsilon}
+        out.update({f"tv_lower_t{int(t)}": float(v) for t, v in zip(self.times, self.tv_lower, strict=True)})
+        return out
+
+
+WitnessLike = Witness | Callable[[Tensor], Tensor]
+
+
+def _witnesses(witness: WitnessLike | Sequence[WitnessLike]) -> list[Witness]:
+    items = list(witness) if isinstance(witness, Sequence) else [witness]
+    if not items:
+        raise ValueError("witness must be None, a callable or a non-empty sequence of callables")
+    out = []
+    for index, item in enumerate(items):
+        if not callable(item):
+            raise ValueError(f"witness must be callable [N, L] -> [N], got {type(item).__name__}")
+        out.append(item if isinstance(item, Witness) else Witness(getattr(item, "__name__", f"witness{index}"), item))
+    return out
+
+
+def _check_states(states_a: Tensor, states_b: Tensor, times: Tensor | Sequence[int] | None) -> tuple[Tensor, Tensor,
+                                                                                                   Tensor]:
+    a, b = torch.as_tensor(states_a), torch.as_tensor(states_b)
+    for name, x in (("states_a", a), ("states_b", b)):
+        if x.dim() not in (2, 3) or x.is_floating_point() or x.is_complex():
+            raise ValueError(f"{name} must be integer tokens [T, N, L] or [N, L], got {x.dtype} of shape "
+                             f"{tuple(x.shape)}")
+    if a.shape != b.shape:
+        raise ValueError(f"states_a and states_b must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}")
+    if a.dim() == 2:
+        a, b = a[None], b[None]
+    if times is None:
+        if a.shape[0] != 1:
+            raise ValueError(f"times is required for states of {a.shape[0]} times")
+        steps = torch.zeros(1, dtype=torch.long)
+    else:
+        steps = torch.as_tensor(times)
+        if steps.dim() != 1 or steps.numel() != a.shape[0] or steps.is_floating_point():
+            raise ValueError(f"times must be 1-D integer steps, one per time of the states ({a.shape[0]}), got "
+                             f"{tuple(steps.shape)} {steps.dtype}")
+        if bool((steps < 0).any()) or bool((steps.diff() <= 0).any()):
+            raise ValueError(f"times must be >= 0 and increasing, got {steps.tolist()}")
+    return a, b, steps.long().cpu()
+
+
+def mixing_lower_bound(states_a: Tensor, states_b: Tensor, *,
+                       witness: WitnessLike | Sequence[WitnessLike] | None = None, level: float = 0.95,
+                       epsilon: float = DEFAULT_EPSILON,
+                       times: Tensor | Sequence[int] | None = None) -> MixingLowerBound:
+    """Certified lower bounds on ``TV(a P^t, b P^t)`` and ``d(t)``, and on ``t_mix(epsilon)`` (module docstring).
+
+    Args:
+        states_a, states_b: ``[T, N, L]`` (or ``[N, L]`` for one time) tokens of ``N`` chains from start ``a`` and
+            ``N`` from start ``b`` at the ``T`` times, independent across the ``N`` rows (row ``i`` of each may be
+            the two chains of one coupled pair).
+        witness: a callable ``[N, L] -> [N]`` with values in ``[0, 1]`` (high for chains like those from ``a``), a
+            :class:`Witness`, a sequence of them (the best at each time, the choice paid for in the level), or None
+            for the learned witness (fitted on the first ``N // 2`` rows, tested on the rest; ``N >= 4``).
+        level: simultaneous confidence level over the times and witnesses.
+        epsilon: ``t_mix(epsilon)`` is certified to exceed ``t`` where ``d_lower(t) > epsilon`` (``< 1/2``).
+        times: ``[T]`` increasing steps of the states (may be omitted for one time).
+
+    Returns:
+        :class:`MixingLowerBound`. Cost: no forward rows beyond the witnesses' own.
+
+    Examples:
+        Chains that stayed at their starts: 16 per start certify ``t_mix(1/4) > 100``; chains that forgot them
+        certify nothing:
+
+        >>> import torch
+        >>> from mlm_dynamics import mixing_lower_bound
+        >>> from mlm_dynamics.diagnostics.witness import nearer_start
+        >>> a, b = torch.zeros(16, 5, dtype=torch.long), torch.ones(16, 5, dtype=torch.long)
+        >>> mixing_lower_bound(a, b, witness=nearer_start(a[0], b[0]), times=[100]).mixing_time_exceeds
+        100
+        >>> mixed = torch.randint(0, 2, (2, 16, 5), generator=torch.Generator().manual_seed(0))
+        >>> print(mixing_lower_bound(mixed[0], mixed[1], witness=nearer_start(a[0], b[0]), times=[100])
+        ...       .mixing_time_exceeds)
+        None
+    """
+    _check_level_epsilon(level, epsilon)
+    a, b, steps = _check_states(states_a, states_b, times)
+    learned = witness is None
+    rows = a.shape[1]
+    if learned and rows < 4:
+        raise ValueError(f"the learned witness needs >= 4 chains per start (half to learn, half to test), got {rows}")
+    if not learned and rows < 2:
+        raise ValueError(f"states need >= 2 chains per start, got {rows}")
+    fixed = [] if witness is None else _witnesses(witness)
+    tests = steps.numel() * (1 if learned else len(fixed))
+    alpha = (1 - level) / (2 * tests)
+    half = rows // 2
+    raw, gap, names = [], [], []
+    for index in range(steps.numel()):
+        if learned:
+            candidates = [_token_profile_witness(a[index, :half], b[index, :half])]
+            test_a, test_b = a[index, half:], b[index, half:]
+        else:
+            candidates, test_a, test_b = fixed, a[index], b[index]
+        best = (-math.inf, 0.0, "")
+        for w in candidates:
+            fa, fb = w(test_a), w(test_b)
+            low_a, _ = _side_limits(fa, w.binary, alpha)
+            _, high_b = _side_limits(fb, w.binary, alpha)
+            best = max(best, (low_a - high_b, float(fa.mean() - fb.mean()), w.name))
+        raw.append(max(best[0], 0.0))
+        gap.append(best[1])
+        names.append(best[2])
+    bound = torch.tensor(raw, dtype=torch.float64).flip(0).cummax(0).values.flip(0)  # TV never increases with t
+    return MixingLowerBound(times=steps, tv_lower=bound, gap=torch.tensor(gap, dtype=torch.float64), witness=names,
+                            num_chains=rows - half if learned else rows, tests=tests, level=level, epsilon=epsilon,
+                            learned=learned)
+
+
+__all__ = ["DEFAULT_EPSILON", "MixingLowerBound", "Witness", "agreement", "chains_to_certify", "energy_below",
+           "mixing_lower_bound", "nearer_start", "within_radius"]

@@ -1,0 +1,253 @@
+"""Certified lower bounds on mixing (diagnostics.witness) against exact truths: Curie-Weiss above and below its
+transition and a product chain, with d(t) and TV(a P^t, b P^t) from powers of the exact kernel.
+
+Tolerance argument used throughout: a bound valid at level 0.95 fails (is above the truth at some time examined) in
+at most 5 % of independent replicates, so over R replicates the failures are stochastically below Binomial(R, 0.05);
+a test allows the 0.999 quantile of that law (a false alarm at most once in a thousand runs of a correct bound). The
+same check is run on the plug-in gap (the bound without its confidence correction) and must fail, so the test can
+tell a bound from a point estimate.
+"""
+
+import math
+
+import pytest
+import torch
+from scipy import stats
+
+from mlm_dynamics import PairwiseMRFDenoiser, mixing_lower_bound
+from mlm_dynamics.diagnostics.witness import (
+    MixingLowerBound,
+    Witness,
+    agreement,
+    chains_to_certify,
+    energy_below,
+    nearer_start,
+    within_radius,
+)
+from mlm_dynamics.models.toy import enumerate_states
+from mlm_dynamics.sampling.coupling import CoupledGlauberChains
+from mlm_dynamics.sampling.exact import glauber_transition_matrix, stationary_distribution
+from mlm_dynamics.sampling.glauber import GlauberSampler
+
+LEVEL = 0.95
+
+
+def allowed_failures(replicates: int, level: float = LEVEL) -> int:
+    return int(stats.binom.ppf(0.999, replicates, 1 - level))
+
+
+class ExactChain:
+    """A kernel on V^n states with exact laws at any time and exact simulation from its rows."""
+
+    def __init__(self, model: PairwiseMRFDenoiser, temperature: float):
+        self.n, self.states = model.num_sites, model.vocab.size
+        self.kernel = glauber_transition_matrix(model, self.n, temperature)
+        self.pi = stationary_distribution(self.kernel)
+        self.configs = enumerate_states(self.n, self.states)
+        self.cdf = self.kernel.cumsum(1)
+
+    def laws(self, start: int, times: list[int]) -> torch.Tensor:
+        """``[T, S]`` law of the chain from ``start`` at each time."""
+        law = torch.zeros(self.kernel.shape[0], dtype=torch.float64)
+        law[start] = 1
+        out, t = [], 0
+        for target in times:
+            for _ in range(target - t):
+                law = law @ self.kernel
+            t = target
+            out.append(law)
+        return torch.stack(out)
+
+    def tv(self, a: int, b: int, times: list[int]) -> torch.Tensor:
+        return 0.5 * (self.laws(a, times) - self.laws(b, times)).abs().sum(-1)
+
+    def d(self, times: list[int]) -> torch.Tensor:
+        """``d(t) = max_x TV(P^t(x, .), pi)`` from the full matrix powers."""
+        power = torch.eye(self.kernel.shape[0], dtype=torch.float64)
+        out, t = [], 0
+        for target in times:
+            for _ in range(target - t):
+                power = power @ self.kernel
+            t = target
+            out.append(0.5 * (power - self.pi).abs().sum(1).max())
+        return torch.stack(out)
+
+    def mixing_time(self, epsilon: float = 0.25) -> int:
+        power, t = torch.eye(self.kernel.shape[0], dtype=torch.float64), 0
+        while 0.5 * (power - self.pi).abs().sum(1).max() > epsilon:
+            power, t = power @ self.kernel, t + 1
+        return t
+
+    def run(self, start: int, chains: int, times: list[int], generator: torch.Generator) -> torch.Tensor:
+        """``[T, chains, n]`` tokens of independent chains from ``start``, drawn from the kernel's rows."""
+        state = torch.full((chains,), start, dtype=torch.long)
+        out, t = [], 0
+        for target in times:
+            for _ in range(target - t):
+                u = torch.rand(chains, 1, generator=generator, dtype=torch.float64)
+                state = torch.searchsorted(self.cdf[state], u * self.cdf[state, -1:])[:, 0].clamp_max(
+                    self.cdf.shape[1] - 1)
+            t = target
+            out.append(self.configs[state])
+        return torch.stack(out)
+
+
+def curie_weiss(n: int, temperature: float) -> ExactChain:
+    return ExactChain(PairwiseMRFDenoiser.curie_weiss(n, coupling=1.0), temperature)
+
+
+def replicate_failures(chain: ExactChain, times: list[int], chains: int, replicates: int, make_witness,
+                       seed: int) -> tuple[int, int, int]:
+    """Replicates where ``tv_lower`` exceeds the exact TV, where ``d_lower`` exceeds the exact ``d``, and where the
+    plug-in gap exceeds the exact TV, at some time examined (all-minus start ``a``, all-plus start ``b``)."""
+    a, b = 0, chain.kernel.shape[0] - 1
+    tv, d = chain.tv(a, b, times), chain.d(times)
+    generator = torch.Generator().manual_seed(seed)
+    tv_fail = d_fail = plug_fail = 0
+    for _ in range(replicates):
+        xa, xb = chain.run(a, chains, times, generator), chain.run(b, chains, times, generator)
+        witness = make_witness(chain.configs[a], chain.configs[b])
+        result = mixing_lower_bound(xa, xb, witness=witness, times=times, level=LEVEL)
+        tv_fail += bool((result.tv_lower > tv + 1e-12).any())
+        d_fail += bool((result.d_lower > d + 1e-12).any())
+        plug_fail += bool((result.gap > tv + 1e-12).any())
+    return tv_fail, d_fail, plug_fail
+
+
+@pytest.mark.parametrize("make_witness", [lambda a, b: nearer_start(a, b), lambda a, b: agreement(a),
+                                          lambda a, b: None], ids=["nearer_start", "agreement", "learned"])
+def test_bound_holds_at_its_level_over_times_and_a_plug_in_gap_does_not(make_witness):
+    # Curie-Weiss n = 7 at tau = 1.5 (above the transition): TV(a P^t, b P^t) falls from 0.99 to 0.02 over the
+    # times examined, and 1[magnetisation < 0] = nearer_start is the optimal witness (its exact gap equals the TV),
+    # so a plug-in gap lies above the truth about half the time at each time.
+    chain, times = curie_weiss(7, 1.5), [4, 8, 16, 32, 64]
+    replicates = 150
+    tv_fail, d_fail, plug_fail = replicate_failures(chain, times, 24, replicates, make_witness, seed=1)
+    limit = allowed_failures(replicates)
+    assert tv_fail <= limit and d_fail <= limit, (tv_fail, d_fail, limit)
+    assert plug_fail > limit, (plug_fail, limit)  # the gap without its confidence correction fails this test
+
+
+def test_certifies_a_trapped_chain_from_64_chains_per_start():
+    # Curie-Weiss n = 9 at tau = 0.4 (below the transition J = 1): exact TV between the two wells' chains is 0.958
+    # at t = 200, so d(200) >= 0.479 > 1/4 and t_mix(1/4) > 200 is the truth. 64 chains per start must certify it,
+    # with the learned witness (32 to learn, 32 to test) as with nearer_start, in nearly every replicate.
+    chain, times = curie_weiss(9, 0.4), [50, 100, 200]
+    assert float(chain.tv(0, 511, [200])[0]) / 2 > 0.25
+    generator = torch.Generator().manual_seed(2)
+    certified = {"learned": 0, "nearer_start": 0}
+    replicates = 10
+    for _ in range(replicates):
+        xa, xb = chain.run(0, 64, times, generator), chain.run(511, 64, times, generator)
+        learned = mixing_lower_bound(xa, xb, times=times)
+        stated = mixing_lower_bound(xa, xb, witness=nearer_start(xa[0, 0], xb[0, 0]), times=times)
+        certified["learned"] += learned.mixing_time_exceeds == 200
+        certified["nearer_start"] += stated.mixing_time_exceeds == 200
+        assert learned.num_chains == 32 and learned.learned and stated.num_chains == 64
+    assert certified == {"learned": replicates, "nearer_start": replicates}
+
+
+@pytest.mark.parametrize("case", ["curie_weiss_fast", "product_independent_pairs"])
+def test_never_certifies_slow_mixing_beyond_the_exact_mixing_time_of_a_fast_chain(case):
+    # A fast chain: Curie-Weiss at tau = 4, or the uniform product chain (no couplings, 3 states on 5 sites) whose
+    # pairs are run independently: a coupling that rarely meets, of a chain that mixes by the coupon collector.
+    # Certifying t_mix(1/4) > t for a t >= the exact t_mix is an error the level bounds.
+    if case == "curie_weiss_fast":
+        chain = curie_weiss(7, 4.0)
+    else:
+        chain = ExactChain(PairwiseMRFDenoiser(torch.zeros(5, 3, dtype=torch.float64),
+                                               torch.zeros(5, 5, 3, 3, dtype=torch.float64)), 1.0)
+    t_mix = chain.mixing_time()
+    times = list(range(1, t_mix + 6))
+    generator = torch.Generator().manual_seed(3)
+    replicates, errors, certified_somewhere = 100, 0, 0
+    a, b = 0, chain.kernel.shape[0] - 1
+    for _ in range(replicates):
+        xa, xb = chain.run(a, 32, times, generator), chain.run(b, 32, times, generator)
+        if case == "product_independent_pairs":
+            assert bool((xa != xb).any(-1).float().mean() > 0.5)  # most pairs never met: the coupling says nothing
+        exceeds = mixing_lower_bound(xa, xb, witness=[nearer_start(xa[0, 0], xb[0, 0]), agreement(xa[0, 0])],
+                                     times=times).mixing_time_exceeds
+        errors += exceeds is not None and exceeds >= t_mix
+        certified_somewhere += exceeds is not None
+    assert errors <= allowed_failures(replicates)
+    assert certified_somewhere > 0  # the test has power: early times are certified where the truth is slow
+
+
+def test_coupled_pairs_are_valid_samples_of_both_starts():
+    # The product's coupled pairs (maximal coupling, shared site) keep each chain's marginal law, so the bound from
+    # coupled rows holds at its level: compared with the exact TV at tau = 1.5.
+    model = PairwiseMRFDenoiser.curie_weiss(7, coupling=1.0)
+    chain, times = ExactChain(model, 1.5), [4, 8, 16]
+    tv = chain.tv(0, 127, times)
+    replicates, failures = 60, 0
+    for r in range(replicates):
+        pairs = CoupledGlauberChains(GlauberSampler(model, temperature=1.5))
+        x, y = torch.zeros(24, 7, dtype=torch.long), torch.ones(24, 7, dtype=torch.long)
+        state = pairs.init_state(x, y, generator=100 + r)
+        xa, xb = [], []
+        for target in times:
+            while state.x.step < target:
+                pairs.step(state)
+            xa.append(state.x.tokens.clone())
+            xb.append(state.y.clone())
+        result = mixing_lower_bound(torch.stack(xa), torch.stack(xb), witness=nearer_start(x[0], y[0]), times=times)
+        failures += bool((result.tv_lower > tv + 1e-12).any())
+    assert failures <= allowed_failures(replicates)
+
+
+def test_bound_is_monotone_and_the_summary_names_its_keys():
+    a = torch.zeros(3, 20, 4, dtype=torch.long)
+    b = torch.ones(3, 20, 4, dtype=torch.long)
+    b[2, :10] = 0  # half the b-chains reach a's side at the last time: its raw bound drops, TV cannot rise after
+    result = mixing_lower_bound(a, b, witness=nearer_start(a[0, 0], b[0, 0]), times=[10, 20, 30])
+    assert bool((result.tv_lower.diff() <= 0).all())
+    assert result.tv_lower[0] == result.tv_lower[1] > result.tv_lower[2]
+    summary = result.summary()
+    assert summary["mixing_time_exceeds"] == 20 and summary["tv_lower_t30"] == float(result.tv_lower[2])
+    assert summary["chains_needed"] == chains_to_certify(0.25, 0.95, tests=3) == 17
+    assert math.isnan(MixingLowerBound(torch.tensor([5]), torch.tensor([0.2], dtype=torch.float64),
+                                       torch.tensor([0.3]), ["w"], 8, 1, 0.95).summary()["mixing_time_exceeds"])
+
+
+def test_clopper_pearson_limits_match_the_closed_form_at_full_separation():
+    # k = N of N: the one-sided Clopper-Pearson limits are (alpha / 2)^(1/N) and 1 - that, so the gap is exact.
+    n, level = 16, 0.95
+    a, b = torch.zeros(n, 5, dtype=torch.long), torch.ones(n, 5, dtype=torch.long)
+    result = mixing_lower_bound(a, b, witness=nearer_start(a[0], b[0]), level=level)
+    p = ((1 - level) / 2) ** (1 / n)
+    assert float(result.tv_lower[0]) == pytest.approx(2 * p - 1, abs=1e-9)
+    assert chains_to_certify(0.25, level) == 13  # 2 * 0.025^(1/13) - 1 = 0.507 > 0.5, 2 * 0.025^(1/12) - 1 < 0.5
+
+
+def test_embedding_and_energy_witnesses():
+    embed = lambda tokens: torch.nn.functional.one_hot(tokens, 3).double().flatten(1)  # noqa: E731
+    a, b = torch.zeros(8, 4, dtype=torch.long), torch.full((8, 4), 2)
+    assert nearer_start(a[0], b[0], embed=embed)(torch.cat([a[:2], b[:2]])).tolist() == [1, 1, 0, 0]
+    assert within_radius(embed, embed(a[:1])[0], 0.5)(torch.cat([a[:1], b[:1]])).tolist() == [1, 0]
+    energy = lambda tokens: tokens.double().sum(-1)  # noqa: E731
+    assert energy_below(energy, 1.0)(torch.cat([a[:1], b[:1]])).tolist() == [1, 0]
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    (dict(states_a=torch.zeros(4, 3), states_b=torch.zeros(4, 3)), "states_a must be integer"),
+    (dict(states_a=torch.zeros(4, 3, dtype=torch.long), states_b=torch.zeros(5, 3, dtype=torch.long)), "same shape"),
+    (dict(times=None), "times is required"),
+    (dict(times=[3, 2]), "increasing"),
+    (dict(times=[1.0, 2.0]), "integer steps"),
+    (dict(level=1.5), "level"),
+    (dict(epsilon=0.5), "epsilon"),
+    (dict(witness=[]), "non-empty"),
+    (dict(witness=3), "callable"),
+    (dict(witness=lambda t: torch.full((t.shape[0],), 2.0)), r"values in \[0, 1\]"),
+    (dict(witness=lambda t: torch.zeros(3)), r"\[N\] values"),
+    (dict(witness=Witness("half", lambda t: torch.full((t.shape[0],), 0.5), binary=True)), "declared binary"),
+    (dict(states_a=torch.zeros(2, 3, 3, dtype=torch.long), states_b=torch.zeros(2, 3, 3, dtype=torch.long),
+          witness=None), "learned witness needs >= 4"),
+])
+def test_bad_inputs_name_the_parameter(kwargs, match):
+    args = dict(states_a=torch.zeros(2, 6, 3, dtype=torch.long), states_b=torch.ones(2, 6, 3, dtype=torch.long),
+                times=[1, 2], witness=agreement(torch.zeros(3, dtype=torch.long)))
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        mixing_lower_bound(args.pop("states_a"), args.pop("states_b"), **args)
