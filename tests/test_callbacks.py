@@ -170,3 +170,28 @@ def test_embedders_are_checked_when_fit_starts_and_plain_functions_are_normalise
         TrapDetector(hidden_module="model.1", topic_anchors={"t": [[1.0] * 12]}).on_fit_start(None, Module())
     with pytest.raises(ValueError, match="need a SentenceEmbedder"):
         TrapDetector(hidden_module="model.1", topic_anchors={"t": ["a sentence"]}).on_fit_start(None, Module())
+
+
+@pytest.mark.parametrize(("temperature", "certified"), [(0.5, True), (4.0, False)])
+def test_meeting_time_probe_logs_the_certified_lower_side_from_the_same_pairs(temperature, certified):
+    # A Potts chain with 16 colours and strong coupling: at tau = 0.5 a chain from the all-0 start keeps it (a flip
+    # costs 2 J / tau = 20 nats) while its partner from a random filling settles in another colour 15 times in 16, so
+    # the paired witness certifies t_mix(1/4) > 300 from 64 pairs; at tau = 4 the pairs meet and nothing is certified.
+    potts = PairwiseMRFDenoiser.potts_chain(4, 16, 5.0)
+
+    class ToyModule(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.denoiser = potts
+
+    starts = torch.zeros(64, 4, dtype=torch.long)
+    callback = MixingDiagnostics(start_tokens=starts, num_starts=64, max_steps=300, seed=3, temperature=temperature,
+                                 overhead=None)
+    metrics = callback.scheduled.run(ToyModule(), potts, stage="val")
+    assert ("mixing/val/mixing_time_exceeds" in metrics) == certified
+    if certified:
+        assert metrics["mixing/val/mixing_time_exceeds"] == 300 and metrics["mixing/val/d_lower"] > 0.25
+        assert metrics["mixing/val/censored_fraction"] > 0.5  # the upper side alone says nothing here
+    else:
+        assert metrics["mixing/val/tv_lower"] == 0.0  # met pairs count 0
+    assert metrics["mixing/val/chains_needed"] == 11

@@ -26,7 +26,7 @@ from mlm_dynamics.diagnostics.witness import (
 )
 from mlm_dynamics.models.toy import enumerate_states
 from mlm_dynamics.sampling.coupling import CoupledGlauberChains
-from mlm_dynamics.sampling.exact import glauber_transition_matrix, stationary_distribution
+from mlm_dynamics.sampling.exact import glauber_transition_matrix, state_index, stationary_distribution
 from mlm_dynamics.sampling.glauber import GlauberSampler
 
 LEVEL = 0.95
@@ -97,7 +97,7 @@ def curie_weiss(n: int, temperature: float) -> ExactChain:
 
 
 def replicate_failures(chain: ExactChain, times: list[int], chains: int, replicates: int, make_witness,
-                       seed: int) -> tuple[int, int, int]:
+                       seed: int, paired: bool = False) -> tuple[int, int, int]:
     """Replicates where ``tv_lower`` exceeds the exact TV, where ``d_lower`` exceeds the exact ``d``, and where the
     plug-in gap exceeds the exact TV, at some time examined (all-minus start ``a``, all-plus start ``b``)."""
     a, b = 0, chain.kernel.shape[0] - 1
@@ -107,22 +107,24 @@ def replicate_failures(chain: ExactChain, times: list[int], chains: int, replica
     for _ in range(replicates):
         xa, xb = chain.run(a, chains, times, generator), chain.run(b, chains, times, generator)
         witness = make_witness(chain.configs[a], chain.configs[b])
-        result = mixing_lower_bound(xa, xb, witness=witness, times=times, level=LEVEL)
+        result = mixing_lower_bound(xa, xb, witness=witness, times=times, level=LEVEL, paired=paired)
         tv_fail += bool((result.tv_lower > tv + 1e-12).any())
         d_fail += bool((result.d_lower > d + 1e-12).any())
         plug_fail += bool((result.gap > tv + 1e-12).any())
     return tv_fail, d_fail, plug_fail
 
 
-@pytest.mark.parametrize("make_witness", [lambda a, b: nearer_start(a, b), lambda a, b: agreement(a),
-                                          lambda a, b: None], ids=["nearer_start", "agreement", "learned"])
-def test_bound_holds_at_its_level_over_times_and_a_plug_in_gap_does_not(make_witness):
+@pytest.mark.parametrize(("make_witness", "paired"), [
+    (lambda a, b: nearer_start(a, b), False), (lambda a, b: nearer_start(a, b), True),
+    (lambda a, b: agreement(a), False), (lambda a, b: agreement(a), True), (lambda a, b: None, False),
+], ids=["nearer_start", "nearer_start-paired", "agreement", "agreement-paired", "learned"])
+def test_bound_holds_at_its_level_over_times_and_a_plug_in_gap_does_not(make_witness, paired):
     # Curie-Weiss n = 7 at tau = 1.5 (above the transition): TV(a P^t, b P^t) falls from 0.99 to 0.02 over the
     # times examined, and 1[magnetisation < 0] = nearer_start is the optimal witness (its exact gap equals the TV),
     # so a plug-in gap lies above the truth about half the time at each time.
     chain, times = curie_weiss(7, 1.5), [4, 8, 16, 32, 64]
     replicates = 150
-    tv_fail, d_fail, plug_fail = replicate_failures(chain, times, 24, replicates, make_witness, seed=1)
+    tv_fail, d_fail, plug_fail = replicate_failures(chain, times, 24, replicates, make_witness, seed=1, paired=paired)
     limit = allowed_failures(replicates)
     assert tv_fail <= limit and d_fail <= limit, (tv_fail, d_fail, limit)
     assert plug_fail > limit, (plug_fail, limit)  # the gap without its confidence correction fails this test
@@ -194,6 +196,35 @@ def test_coupled_pairs_are_valid_samples_of_both_starts():
         result = mixing_lower_bound(torch.stack(xa), torch.stack(xb), witness=nearer_start(x[0], y[0]), times=times)
         failures += bool((result.tv_lower > tv + 1e-12).any())
     assert failures <= allowed_failures(replicates)
+
+
+def test_paired_bound_on_pairs_frozen_at_meeting_from_fixed_distinct_starts():
+    # Paired differences from the product's coupled pairs frozen once met (their states stop where they met: D = 0
+    # for ever), each pair from its own fixed start pair, not iid: the Clopper-Pearson limit of P(D = 1) still holds
+    # for the mean over rows of TV(P^t(x_i), P^t(y_i)) (Hoeffding 1956: a Poisson-binomial tail lies below the
+    # binomial one at the same mean). Exact truth from the kernel, per row.
+    model = PairwiseMRFDenoiser.curie_weiss(7, coupling=1.0)
+    chain, times = ExactChain(model, 1.5), [4, 8, 16]
+    generator = torch.Generator().manual_seed(5)
+    x0 = (torch.rand(24, 7, generator=generator) < 0.2).long()  # mostly minus
+    y0 = (torch.rand(24, 7, generator=generator) < 0.8).long()  # mostly plus
+    rows = zip(state_index(x0, 2).tolist(), state_index(y0, 2).tolist(), strict=True)
+    tv = torch.stack([chain.tv(a, b, times) for a, b in rows])
+    truth = tv.mean(0)  # [T] mean over rows
+    replicates, failures = 60, 0
+    for r in range(replicates):
+        pairs = CoupledGlauberChains(GlauberSampler(model, temperature=1.5), freeze_met=True)
+        state = pairs.init_state(x0, y0, generator=200 + r)
+        xa, xb = [], []
+        for target in times:
+            pairs.run(state, target - state.x.step)
+            xa.append(state.x.tokens.clone())
+            xb.append(state.y.clone())
+        result = mixing_lower_bound(torch.stack(xa), torch.stack(xb), witness=nearer_start(x0, y0), times=times,
+                                    paired=True)
+        failures += bool((result.tv_lower > truth + 1e-12).any())
+    assert failures <= allowed_failures(replicates)
+    assert float(result.tv_lower[0]) > 0  # and it says something: the early gap is certified
 
 
 def test_bound_is_monotone_and_the_summary_names_its_keys():

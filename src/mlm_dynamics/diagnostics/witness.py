@@ -13,7 +13,9 @@ the gap are means of iid terms in ``[0, 1]`` when chain ``i`` from ``a`` (row ``
 from ``b`` are independent across ``i``; the two chains of one coupled pair may be dependent, since each keeps its
 own marginal law and each side is bounded alone. A finite-sample lower confidence bound on ``E_a f`` and an upper one
 on ``E_b f``, each at ``alpha / (2 m)`` for the ``m`` (time, witness) tests examined, give by Bonferroni a lower
-bound on the gap that holds at every time and for every witness together with probability ``>= 1 - alpha``:
+bound on the gap that holds at every time and for every witness together with probability ``>= 1 - alpha``. Or,
+``paired``, the differences ``D_i = f(X_i) - f(Y_i)`` of coupled pairs, iid across pairs, bound the gap ``E D`` at
+``alpha / m``; once a pair has met its ``D_i`` is 0 for ever, so pairs frozen at meeting need no further steps:
 
 - a **binary** witness (values in ``{0, 1}``): the exact Clopper-Pearson limits of a binomial proportion;
 - any other: the betting limits of :mod:`.means` (valid at every sample size, no normal approximation).
@@ -42,6 +44,7 @@ from torch import Tensor
 from .means import betting_upper_limit
 
 DEFAULT_EPSILON = 0.25
+LEARNED = "learned"  # the name of the default witness
 
 
 @dataclass(frozen=True)
@@ -116,11 +119,13 @@ def nearer_start(starts_a: Tensor, starts_b: Tensor, *, embed: Callable[[Tensor]
     return Witness("nearer_start_embedding", embedded, binary=True)
 
 
-def agreement(reference: Tensor) -> Witness:
-    """Witness ``f_i(x) = (1 / L) sum_j 1[x_j = r_ij]``: the share of positions agreeing with ``reference`` (``[L]``
-    or ``[N, L]``, e.g. the starts ``a``). Values in ``[0, 1]`` (betting limits). Cost: none."""
+def agreement(reference: Tensor, *, sites: Tensor | None = None) -> Witness:
+    """Witness ``f_i(x) = (1 / n) sum_{j in sites} 1[x_j = r_ij]``: the share of the ``sites`` (``[n]`` positions;
+    None: every position) agreeing with ``reference`` (``[L]`` or ``[N, L]``, e.g. the starts ``a``). Values in
+    ``[0, 1]`` (betting limits). Cost: none."""
     r = _rows(reference, "reference")
-    return Witness("agreement", lambda tokens: (tokens.cpu() == r).double().mean(-1))
+    columns = slice(None) if sites is None else torch.as_tensor(sites).long().cpu()
+    return Witness("agreement", lambda tokens: (tokens.cpu() == r)[:, columns].double().mean(-1))
 
 
 def within_radius(embed: Callable[[Tensor], Tensor], center: Tensor, radius: float) -> Witness:
@@ -166,36 +171,46 @@ def _token_profile_witness(train_a: Tensor, train_b: Tensor) -> Witness:
     def classify(tokens: Tensor) -> Tensor:
         score = log_ratio.gather(1, bucket(tokens).T).sum(0)  # [N]
         return (score > 0).double()
-    return Witness("learned", classify, binary=True)
+    return Witness(LEARNED, classify, binary=True)
 
 
-def _side_limits(values: Tensor, binary: bool, alpha: float) -> tuple[float, float]:
-    """``(lower, upper)`` one-sided limits of the mean of iid ``values [N]`` in ``[0, 1]``, each at level
-    ``1 - alpha``: Clopper-Pearson for binary values, betting (:mod:`.means`) otherwise."""
-    n = values.numel()
+def _lower_limit(values: Tensor, binary: bool, alpha: float) -> float:
+    """One-sided lower confidence limit, at level ``1 - alpha``, of the mean of independent ``values [N]`` in
+    ``[0, 1]``: Clopper-Pearson for binary values, betting (:mod:`.means`) otherwise."""
     if binary:
-        k = int(values.sum())
-        lower = float(stats.beta.ppf(alpha, k, n - k + 1)) if k > 0 else 0.0
-        upper = float(stats.beta.ppf(1 - alpha, k + 1, n - k)) if k < n else 1.0
-        return lower, upper
-    return 1 - float(betting_upper_limit(1 - values, 1 - alpha)), float(betting_upper_limit(values, 1 - alpha))
+        k, n = int(values.sum()), values.numel()
+        return float(stats.beta.ppf(alpha, k, n - k + 1)) if k > 0 else 0.0
+    return 1 - float(betting_upper_limit(1 - values, 1 - alpha))
 
 
-def chains_to_certify(epsilon: float = DEFAULT_EPSILON, level: float = 0.95, tests: int = 1) -> int:
+def _gap_lower(fa: Tensor, fb: Tensor, binary: bool, alpha: float, paired: bool) -> float:
+    """Lower limit, at level ``1 - alpha``, of ``E f(X) - E f(Y)`` from witness values ``fa``, ``fb`` ``[N]``:
+    unpaired, each side's limit at ``alpha / 2``; paired, ``2 q - 1`` from the lower limit ``q`` of
+    ``P(f(X_i) - f(Y_i) = 1)`` (binary: ``E D = P(D = 1) - P(D = -1) >= 2 P(D = 1) - 1``) or of the mean of
+    ``(1 + D_i) / 2`` (any witness)."""
+    if not paired:
+        return _lower_limit(fa, binary, alpha / 2) - (1 - _lower_limit(1 - fb, binary, alpha / 2))
+    difference = fa - fb
+    terms = (difference == 1).double() if binary else (1 + difference) / 2
+    return 2 * _lower_limit(terms, binary, alpha) - 1
+
+
+def chains_to_certify(epsilon: float = DEFAULT_EPSILON, level: float = 0.95, tests: int = 1, *,
+                      paired: bool = False) -> int:
     """Least chains per start with which a binary witness that separates the two sides completely certifies
-    ``d(t) > epsilon`` among ``tests`` Bonferroni tests: the least ``N`` with ``2 (alpha / (2 tests))^(1/N) - 1 >
-    2 epsilon`` (each side's Clopper-Pearson limit at ``N`` of ``N``). Double it for the learned witness, which tests
-    half the chains.
+    ``d(t) > epsilon`` among ``tests`` Bonferroni tests: the least ``N`` with ``2 beta^(1/N) - 1 > 2 epsilon``, the
+    Clopper-Pearson limit at ``N`` of ``N``, ``beta = alpha / (2 tests)`` for each side of the unpaired bound and
+    ``alpha / tests`` paired. Double it for the learned witness, which tests half the chains.
 
     Examples:
         >>> from mlm_dynamics.diagnostics.witness import chains_to_certify
-        >>> chains_to_certify(0.25, 0.95), chains_to_certify(0.25, 0.95, tests=4)
-        (13, 18)
+        >>> chains_to_certify(0.25, 0.95), chains_to_certify(0.25, 0.95, tests=4), chains_to_certify(paired=True)
+        (13, 18, 11)
     """
     _check_level_epsilon(level, epsilon)
     if tests < 1:
         raise ValueError(f"tests must be >= 1, got {tests}")
-    alpha = (1 - level) / (2 * tests)
+    alpha = (1 - level) / (tests if paired else 2 * tests)
     return math.floor(math.log(alpha) / math.log((1 + 2 * epsilon) / 2)) + 1
 
 
@@ -221,6 +236,7 @@ class MixingLowerBound:
         level: the simultaneous confidence level.
         epsilon: the distance ``t_mix(epsilon)`` is certified against.
         learned: True when the witness was learned on the other half of the rows.
+        paired: True when the bound came from the pairs' differences (``paired=True``).
     """
 
     times: Tensor
@@ -232,6 +248,7 @@ class MixingLowerBound:
     level: float
     epsilon: float = DEFAULT_EPSILON
     learned: bool = False
+    paired: bool = False
 
     @property
     def d_lower(self) -> Tensor:
@@ -249,7 +266,7 @@ class MixingLowerBound:
     def chains_needed(self) -> int:
         """Chains per start with which a completely separating witness would certify at this design
         (:func:`chains_to_certify` over ``tests``; doubled for the learned witness)."""
-        return chains_to_certify(self.epsilon, self.level, self.tests) * (2 if self.learned else 1)
+        return chains_to_certify(self.epsilon, self.level, self.tests, paired=self.paired) * (2 if self.learned else 1)
 
     def summary(self) -> dict[str, float]:
         """``mixing_time_exceeds`` (missing where nothing is certified), ``tv_lower`` and ``d_lower`` at the last
@@ -305,8 +322,8 @@ def _check_states(states_a: Tensor, states_b: Tensor, times: Tensor | Sequence[i
 
 def mixing_lower_bound(states_a: Tensor, states_b: Tensor, *,
                        witness: WitnessLike | Sequence[WitnessLike] | None = None, level: float = 0.95,
-                       epsilon: float = DEFAULT_EPSILON,
-                       times: Tensor | Sequence[int] | None = None) -> MixingLowerBound:
+                       epsilon: float = DEFAULT_EPSILON, times: Tensor | Sequence[int] | None = None,
+                       paired: bool = False) -> MixingLowerBound:
     """Certified lower bounds on ``TV(a P^t, b P^t)`` and ``d(t)``, and on ``t_mix(epsilon)`` (module docstring).
 
     Args:
@@ -319,6 +336,11 @@ def mixing_lower_bound(states_a: Tensor, states_b: Tensor, *,
         level: simultaneous confidence level over the times and witnesses.
         epsilon: ``t_mix(epsilon)`` is certified to exceed ``t`` where ``d_lower(t) > epsilon`` (``< 1/2``).
         times: ``[T]`` increasing steps of the states (may be omitted for one time).
+        paired: bound the gap from the differences ``f(X_i) - f(Y_i)`` of coupled pairs rather than each side
+            alone. Paired, a pair that met contributes 0 whatever happens after, so the states of met pairs may be
+            those they met in (pairs frozen at meeting, as the meeting-time probe and sweep keep them); and a
+            completely separated binary witness certifies from 11 pairs instead of 13 chains per side. Unpaired, a
+            witness that separates the sides only partly keeps more of its gap.
 
     Returns:
         :class:`MixingLowerBound`. Cost: no forward rows beyond the witnesses' own.
@@ -347,30 +369,51 @@ def mixing_lower_bound(states_a: Tensor, states_b: Tensor, *,
     if not learned and rows < 2:
         raise ValueError(f"states need >= 2 chains per start, got {rows}")
     fixed = [] if witness is None else _witnesses(witness)
-    tests = steps.numel() * (1 if learned else len(fixed))
-    alpha = (1 - level) / (2 * tests)
     half = rows // 2
-    raw, gap, names = [], [], []
+    values_a, values_b = [], []
     for index in range(steps.numel()):
         if learned:
             candidates = [_token_profile_witness(a[index, :half], b[index, :half])]
             test_a, test_b = a[index, half:], b[index, half:]
         else:
             candidates, test_a, test_b = fixed, a[index], b[index]
-        best = (-math.inf, 0.0, "")
-        for w in candidates:
-            fa, fb = w(test_a), w(test_b)
-            low_a, _ = _side_limits(fa, w.binary, alpha)
-            _, high_b = _side_limits(fb, w.binary, alpha)
-            best = max(best, (low_a - high_b, float(fa.mean() - fb.mean()), w.name))
+        values_a.append(torch.stack([w(test_a) for w in candidates]))
+        values_b.append(torch.stack([w(test_b) for w in candidates]))
+    return witness_bound(torch.stack(values_a), torch.stack(values_b), times=steps,
+                         binary=[True] if learned else [w.binary for w in fixed],
+                         names=[LEARNED] if learned else [w.name for w in fixed], level=level, epsilon=epsilon,
+                         paired=paired, learned=learned)
+
+
+def witness_bound(values_a: Tensor, values_b: Tensor, *, times: Tensor | Sequence[int], binary: Sequence[bool],
+                  names: Sequence[str], level: float = 0.95, epsilon: float = DEFAULT_EPSILON, paired: bool = False,
+                  learned: bool = False) -> MixingLowerBound:
+    """:class:`MixingLowerBound` from witness values already computed: ``values_a``, ``values_b`` ``[T, K, N]`` in
+    ``[0, 1]`` for the ``K`` witnesses (``binary [K]``, ``names [K]``) on the ``N`` rows of each side at ``times
+    [T]`` (the core of :func:`mixing_lower_bound`, for values pooled elsewhere, e.g. over DDP ranks). The level is
+    shared over the ``T K`` tests; the bound at each time is the best witness's, made non-increasing in ``t``."""
+    _check_level_epsilon(level, epsilon)
+    steps = torch.as_tensor(times).long().cpu()
+    if values_a.shape != values_b.shape or values_a.dim() != 3 or values_a.shape[:2] != (steps.numel(), len(names)):
+        raise ValueError(f"values_a and values_b must both be [T, K, N] for T = {steps.numel()} times and K = "
+                         f"{len(names)} witnesses, got {tuple(values_a.shape)} and {tuple(values_b.shape)}")
+    if values_a.shape[-1] < 2:
+        raise ValueError(f"the bound needs >= 2 rows per side, got {values_a.shape[-1]}")
+    tests = steps.numel() * len(names)
+    alpha = (1 - level) / tests
+    raw, gap, chosen = [], [], []
+    for index in range(steps.numel()):
+        best = max((_gap_lower(fa, fb, kind, alpha, paired), float(fa.mean() - fb.mean()), name)
+                   for fa, fb, kind, name in zip(values_a[index].double().cpu(), values_b[index].double().cpu(),
+                                                 binary, names, strict=True))
         raw.append(max(best[0], 0.0))
         gap.append(best[1])
-        names.append(best[2])
+        chosen.append(best[2])
     bound = torch.tensor(raw, dtype=torch.float64).flip(0).cummax(0).values.flip(0)  # TV never increases with t
-    return MixingLowerBound(times=steps, tv_lower=bound, gap=torch.tensor(gap, dtype=torch.float64), witness=names,
-                            num_chains=rows - half if learned else rows, tests=tests, level=level, epsilon=epsilon,
-                            learned=learned)
+    return MixingLowerBound(times=steps, tv_lower=bound, gap=torch.tensor(gap, dtype=torch.float64), witness=chosen,
+                            num_chains=values_a.shape[-1], tests=tests, level=level, epsilon=epsilon,
+                            learned=learned, paired=paired)
 
 
 __all__ = ["DEFAULT_EPSILON", "MixingLowerBound", "Witness", "agreement", "chains_to_certify", "energy_below",
-           "mixing_lower_bound", "nearer_start", "within_radius"]
+           "mixing_lower_bound", "nearer_start", "within_radius", "witness_bound"]

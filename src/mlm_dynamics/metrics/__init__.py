@@ -7,8 +7,9 @@ from .aggregates import (
     DwellTime,
     EffectiveTemperature,
     MeetingTimeMetric,
+    MixingLowerBoundMetric,
     RectanglePrevalence,
 )
 
 __all__ = ["ChainConvergence", "DecodingQuality", "DobrushinCoefficient", "DwellTime", "EffectiveTemperature",
-           "MeetingTimeMetric", "RectanglePrevalence"]
+           "MeetingTimeMetric", "MixingLowerBoundMetric", "RectanglePrevalence"]

@@ -9,6 +9,7 @@ computed on the pooled data of all ranks.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,6 +28,7 @@ from ..diagnostics.decoding import (
 from ..diagnostics.meeting import MeetingTimes
 from ..diagnostics.quantiles import DEFAULT_LEVELS, check_levels, quantile_summary
 from ..diagnostics.rectangle import RectangleReport
+from ..diagnostics.witness import DEFAULT_EPSILON, witness_bound
 from ..sampling.categorical import check_temperature
 
 
@@ -68,6 +70,47 @@ class MeetingTimeMetric(Metric):
     def compute(self) -> dict[str, float]:
         """``MeetingTimes.summary()`` of the pooled times."""
         return self.pooled().summary(self.levels, self.tv_steps)
+
+
+class MixingLowerBoundMetric(Metric):
+    """Values of one witness on coupled pairs at one step, pooled over batches and DDP ranks: ``compute()`` is the
+    certified lower bound of :func:`~mlm_dynamics.diagnostics.witness.witness_bound` on the pooled pairs (``tv_lower``,
+    ``d_lower``, ``mixing_time_exceeds`` where certified, ``chains_needed``), paired by default, so pairs frozen at
+    meeting count as they are."""
+
+    full_state_update = False
+    higher_is_better = False
+    values_a: list[Tensor]
+    values_b: list[Tensor]
+    step: Tensor
+
+    def __init__(self, *, binary: bool = True, paired: bool = True, level: float = 0.95,
+                 epsilon: float = DEFAULT_EPSILON, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.binary, self.paired, self.level, self.epsilon = binary, paired, level, epsilon
+        self.add_state("values_a", default=[], dist_reduce_fx="cat")
+        self.add_state("values_b", default=[], dist_reduce_fx="cat")
+        self.add_state("step", default=torch.tensor(-1, dtype=torch.long), dist_reduce_fx="max")
+
+    def update(self, values_a: Tensor, values_b: Tensor, step: int) -> None:
+        """Add the witness values ``[N]`` of the pairs' two chains at ``step`` (every update at the same step)."""
+        if int(self.step) >= 0 and step != int(self.step):
+            raise ValueError(f"step {step} differs from the step {int(self.step)} of earlier updates")
+        self.values_a.append(values_a.double())
+        self.values_b.append(values_b.double())
+        self.step = torch.tensor(step, dtype=torch.long)
+
+    def compute(self) -> dict[str, float]:
+        """The bound's ``tv_lower``, ``d_lower``, ``mixing_time_exceeds`` (missing where nothing is certified) and
+        ``chains_needed``; nothing with fewer than 2 pairs."""
+        a, b = dim_zero_cat(self.values_a), dim_zero_cat(self.values_b)
+        if a.numel() < 2:
+            return {}
+        summary = witness_bound(a[None, None], b[None, None], times=[int(self.step)], binary=[self.binary],
+                                names=["witness"], level=self.level, epsilon=self.epsilon,
+                                paired=self.paired).summary()
+        return {k: summary[k] for k in ("tv_lower", "d_lower", "mixing_time_exceeds", "chains_needed")
+                if math.isfinite(summary[k])}
 
 
 class RectanglePrevalence(Metric):
@@ -227,4 +270,4 @@ class EffectiveTemperature(Metric):
 
 
 __all__ = ["ChainConvergence", "DecodingQuality", "DobrushinCoefficient", "DwellTime", "EffectiveTemperature",
-           "MeetingTimeMetric", "RectanglePrevalence"]
+           "MeetingTimeMetric", "MixingLowerBoundMetric", "RectanglePrevalence"]

@@ -11,7 +11,8 @@ from .._random import as_generator
 from ..diagnostics.influence import InfluenceEstimate, check_temperatures, estimate_influence
 from ..diagnostics.meeting import MeetingTimes, cover_time_quantile, lagged_meeting_times, meeting_times_of
 from ..diagnostics.rectangle import RectangleReport, check_rectangle_options, sample_rectangles
-from ..metrics.aggregates import MeetingTimeMetric, RectanglePrevalence
+from ..diagnostics.witness import nearer_start
+from ..metrics.aggregates import MeetingTimeMetric, MixingLowerBoundMetric, RectanglePrevalence
 from ..models.base import Denoiser, OutOfTime
 from ..sampling.categorical import check_temperature
 from ..sampling.coupling import CoupledGlauberChains, CoupledState, randomize_sites
@@ -45,6 +46,18 @@ _MEETING_KEYS = (
     MetricKey("budget", "steps each pair was followed at most", "single-site steps"),
     MetricKey("num_pairs", "coupled pairs, pooled over ranks", "count"),
 )
+_LOWER_KEYS = (
+    MetricKey("tv_lower", "95 % lower confidence limit of the total variation between the laws of the chains from "
+              "the start rows and from their random fillings at the pairs' last step (paired witness: nearer its "
+              "start row than its filling; exact binomial); a certificate of slow mixing, not an estimate",
+              "probability"),
+    MetricKey("d_lower", "tv_lower / 2: 95 % lower confidence limit of d(t) = max_x TV(P^t(x, .), pi) at that step",
+              "probability"),
+    MetricKey("mixing_time_exceeds", "t_mix(1/4) exceeds this many steps, certified at 95 % (d_lower > 1/4); not "
+              "logged when nothing is certified", "single-site steps", "when certified"),
+    MetricKey("chains_needed", "pairs (pooled over ranks) with which a witness that separates every pair would "
+              "certify t_mix(1/4) > the steps run", "count"),
+)
 
 
 def _check_int(name: str, value: object, low: int) -> int:
@@ -56,7 +69,11 @@ def _check_int(name: str, value: object, low: int) -> int:
 class MeetingTimeProbe(Probe):
     """Maximally coupled Glauber chains from each start row and from a uniformly random filling of its sites.
 
-    Logs :meth:`~mlm_dynamics.diagnostics.MeetingTimes.summary`; with ``lag``, also L-lag meeting times of two
+    Logs :meth:`~mlm_dynamics.diagnostics.MeetingTimes.summary` (the upper side of mixing) and, from the same pairs
+    at no further forward, the certified lower side: ``tv_lower``, ``d_lower``, ``mixing_time_exceeds`` and
+    ``chains_needed`` of :func:`~mlm_dynamics.diagnostics.witness.mixing_lower_bound` (paired, witness
+    :func:`~mlm_dynamics.diagnostics.witness.nearer_start`, at the pairs' last step: a pair that met counts 0); with
+    ``lag``, also L-lag meeting times of two
     independent random fillings of each row and the bounds ``tv_bound_t{t}`` on ``TV(mu_0 P^t, pi)`` (with their
     upper confidence limits ``tv_bound_t{t}_high``) for ``mu_0``
     the uniform filling of the sites. Cost per run: at most ``max_steps`` forwards of ``<= 2 B`` rows (twice with
@@ -67,8 +84,9 @@ class MeetingTimeProbe(Probe):
 
     group = "mixing"
     pooled = True
-    keys = (*_MEETING_KEYS, *(MetricKey(f"lagged/{k.name}", f"L-lag coupling: {k.meaning}", k.unit, "with lag")
-                              for k in _MEETING_KEYS),
+    keys = (*_MEETING_KEYS, *_LOWER_KEYS,
+            *(MetricKey(f"lagged/{k.name}", f"L-lag coupling: {k.meaning}", k.unit, "with lag")
+              for k in _MEETING_KEYS),
             MetricKey("lagged/tv_bound_t{t}", "L-lag estimate of a bound on TV(mu_0 P^t, pi) after t steps; 1 at "
                       "every t once a pair is censored (its term is unbounded)", "probability",
                       "with lag, for each t in t_values"),
@@ -85,6 +103,7 @@ class MeetingTimeProbe(Probe):
             raise ValueError(f"t_values must be integer steps >= 0, got {list(t_values)}")
         self.t_values = tuple(t_values)
         self.meeting = MeetingTimeMetric()
+        self.lower = MixingLowerBoundMetric()
         self.lagged = MeetingTimeMetric(tv_steps=self.t_values) if lag else None
         self.latest: MeetingTimes | None = None
         self._draws: list[dict[str, list[int]]] = []
@@ -128,6 +147,11 @@ class MeetingTimeProbe(Probe):
         self.meeting.to(tokens.device).reset()  # states on the model's device, so DDP can gather them
         self.meeting.update(self.latest)
         metrics = dict(self.meeting.compute())
+        witness = nearer_start(tokens, y0)
+        self.lower.to(tokens.device).reset()
+        self.lower.update(witness(state.x.tokens).to(tokens.device), witness(state.y).to(tokens.device),
+                          int(state.x.step))
+        metrics.update(self.lower.compute())
         if self.lagged is not None and self.lag is not None and not stopped:
             with suppress(OutOfTime):  # the budget ended the run among the lagged pairs: those are left out
                 x0 = randomize_sites(denoiser, tokens, sites, generator, site_counts=counts)
