@@ -163,6 +163,14 @@ def results_page(data: dict[str, Any]) -> str:
     """The tables of one collected run: per temperature (run) or per fit and cell (sweep), and the claims."""
     source = data["environment"]
     lines = [f"<!-- generated from docs/data by docs/generate.py: {source.get('command', '')} -->", ""]
+    if "witness_power" in data:
+        lines += _table([{"model": r["model"], "tau": f"{r['temperature']:g}", "witness": f"`{r['witness']}`",
+                          "groups certified (unpaired / paired)":
+                              f"{r['unpaired_certified_groups']} / {r['paired_certified_groups']}",
+                          "tv_lower on all pairs at each time, unpaired / paired":
+                              f"{r['unpaired_tv_lower']} / {r['paired_tv_lower']}",
+                          "observed gap": str(r["gap"])} for r in data["witness_power"]])
+        return "\n".join(lines) + "\n"
     if "sweep" in data:
         sweep = data["sweep"]
         fits = [{"tau": f"{f['temperature']:g}", "C(tau)": _interval(f["C"], f["C_low"], f["C_high"]),

@@ -14,7 +14,8 @@ import pytest
 import torch
 from scipy import stats
 
-from mlm_dynamics import PairwiseMRFDenoiser, mixing_lower_bound
+from mlm_dynamics import MeetingTimes, PairwiseMRFDenoiser, mixing_lower_bound
+from mlm_dynamics.diagnostics.bracket import mixing_bracket, pairs_to_decide
 from mlm_dynamics.diagnostics.witness import (
     MixingLowerBound,
     Witness,
@@ -282,3 +283,56 @@ def test_bad_inputs_name_the_parameter(kwargs, match):
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
         mixing_lower_bound(args.pop("states_a"), args.pop("states_b"), **args)
+
+
+def test_bracket_fast_side_holds_at_its_level_over_the_scan_and_a_plug_in_does_not():
+    # Meeting times T ~ Geometric(0.05): P(T > t) = 0.95^t <= 1/4 from t = 28 on. "forgotten by t" is wrong where
+    # t < 28; the scan over t needs no correction (module docstring of diagnostics.bracket). The plug-in (the first
+    # t where the observed share not met is <= 1/4) is wrong far more often.
+    generator = torch.Generator().manual_seed(7)
+    replicates, errors, plug_errors = 200, 0, 0
+    for _ in range(replicates):
+        uniform = torch.rand(16, generator=generator, dtype=torch.float64)
+        times = (torch.log(uniform) / math.log(0.95)).ceil().long()  # P(T > t) = 0.95^t, t = 1, 2, ...
+        budget = 200
+        meeting = MeetingTimes(times=times.clamp_max(budget), censored=times > budget, max_steps=budget)
+        bracket = mixing_bracket(meeting, None)
+        errors += bracket.forgotten_by is not None and bracket.forgotten_by < 28
+        plug = next(t for t in range(budget + 1) if float((times > t).float().mean()) <= 0.25)
+        plug_errors += plug < 28
+    assert errors <= allowed_failures(replicates) < plug_errors
+
+
+def test_bracket_verdicts_on_exact_truths():
+    # A fast chain whose coupling never meets (the product chain's pairs run independently, every pair censored):
+    # "slow" at a horizon at or beyond the exact t_mix is an error, at most at the level's rate; a trapped chain
+    # (Curie-Weiss in two wells, 64 pairs) is "slow"; 11 pairs that all met give "fast", 10 cannot.
+    chain = ExactChain(PairwiseMRFDenoiser(torch.zeros(5, 3, dtype=torch.float64),
+                                           torch.zeros(5, 5, 3, 3, dtype=torch.float64)), 1.0)
+    horizon = chain.mixing_time()
+    censored = MeetingTimes(times=torch.full((32,), 40), censored=torch.ones(32, dtype=torch.bool), max_steps=40)
+    generator = torch.Generator().manual_seed(8)
+    replicates, slow = 100, 0
+    for _ in range(replicates):
+        xa, xb = chain.run(0, 32, [horizon], generator), chain.run(242, 32, [horizon], generator)
+        lower = mixing_lower_bound(xa, xb, witness=nearer_start(xa[0, 0], xb[0, 0]), times=[horizon], paired=True)
+        bracket = mixing_bracket(censored, lower)
+        slow += bracket.verdict == "slow"
+        assert (bracket.forgotten_by is None and "more steps" in bracket.needs) or bracket.verdict == "slow"
+    assert slow <= allowed_failures(replicates)
+
+    trapped = curie_weiss(9, 0.4)
+    xa, xb = trapped.run(0, 64, [100], generator), trapped.run(511, 64, [100], generator)
+    lower = mixing_lower_bound(xa, xb, witness=nearer_start(xa[0, 0], xb[0, 0]), times=[100], paired=True)
+    assert mixing_bracket(censored, lower).verdict == "slow"
+    assert mixing_bracket(censored, lower).text() == "slow: t_mix(1/4) > 100 steps (95%)"
+
+    def met(pairs: int) -> MeetingTimes:
+        return MeetingTimes(times=torch.arange(1, pairs + 1) * 3, censored=torch.zeros(pairs, dtype=torch.bool),
+                            max_steps=200)
+
+    assert mixing_bracket(met(11), None).forgotten_by == 33 and mixing_bracket(met(11), None).verdict == "fast"
+    assert mixing_bracket(met(10), None).verdict == "undecided"
+    assert "fast side: 11 pairs" in mixing_bracket(met(10), None).needs
+    assert pairs_to_decide(0.0, 0.25, above=False) == 11 and pairs_to_decide(1.0, 0.75, above=True) == 11
+    assert pairs_to_decide(0.7, 0.75, above=True) is None

@@ -103,7 +103,7 @@ def nearer_start(starts_a: Tensor, starts_b: Tensor, *, embed: Callable[[Tensor]
         >>> f(torch.tensor([[0, 0, 1], [1, 1, 0]])).tolist()
         [1.0, 0.0]
     """
-    a, b = _rows(starts_a, "starts_a"), _rows(starts_b, "starts_b")
+    a, b = _rows(starts_a, "starts_a").cpu(), _rows(starts_b, "starts_b").cpu()
     if a.shape[-1] != b.shape[-1]:
         raise ValueError(f"starts_a and starts_b must have the same length, got {a.shape[-1]} and {b.shape[-1]}")
     if embed is None:
@@ -123,7 +123,7 @@ def agreement(reference: Tensor, *, sites: Tensor | None = None) -> Witness:
     """Witness ``f_i(x) = (1 / n) sum_{j in sites} 1[x_j = r_ij]``: the share of the ``sites`` (``[n]`` positions;
     None: every position) agreeing with ``reference`` (``[L]`` or ``[N, L]``, e.g. the starts ``a``). Values in
     ``[0, 1]`` (betting limits). Cost: none."""
-    r = _rows(reference, "reference")
+    r = _rows(reference, "reference").cpu()
     columns = slice(None) if sites is None else torch.as_tensor(sites).long().cpu()
     return Witness("agreement", lambda tokens: (tokens.cpu() == r)[:, columns].double().mean(-1))
 

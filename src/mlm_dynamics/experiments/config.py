@@ -158,16 +158,35 @@ class CouplingConfig:
     """Maximally coupled pairs (a chain's start vs random tokens on the sites) followed for ``max_steps``, at most
     ``run.num_steps`` (the chains' loop serves them, each pair's first chain one of the run's chains where its
     temperature has enough; a larger value is cut to it, with a note): ``num_pairs`` at each temperature of the run's
-    ladder; met pairs leave the batch."""
+    ladder; met pairs leave the batch.
+
+    The certified slow side rides on the same pairs: at step ``witness_steps`` (None: half of ``max_steps``; 0: no
+    test) each temperature's pairs are tested with the paired witness ``nearer_start``
+    (:mod:`~mlm_dynamics.diagnostics.witness`: a met pair counts 0), certifying ``t_mix(1/4) > witness_steps`` at
+    95 % where they separate. The test must come before the pairs that can no longer meet are stopped: a later step
+    is cut to the pairs' budget less the sites, with a note. At ``witness_temperatures`` (those of the ladder; others
+    are named in a note) further pairs from the first start join until ``witness_pairs`` are tested there (11 is the
+    least that can certify), followed ``witness_steps`` steps only and left out of the meeting times."""
 
     enabled: bool = True
     num_pairs: int = 4
     max_steps: int = 200
+    witness_steps: int | None = None
+    witness_temperatures: list[float] = field(default_factory=list)
+    witness_pairs: int = 11
 
     def validate(self, key: str = "coupling") -> None:
         """Raise :class:`ConfigError` naming ``{key}.<field>`` for the first value that is out of range."""
         require(self.num_pairs >= 1, f"{key}.num_pairs", "be >= 1", self.num_pairs)
         require(self.max_steps >= 1, f"{key}.max_steps", "be >= 1", self.max_steps)
+        require(self.witness_steps is None or self.witness_steps >= 0, f"{key}.witness_steps", "be None or >= 0",
+                self.witness_steps)
+        require(self.witness_pairs >= 2, f"{key}.witness_pairs", "be >= 2", self.witness_pairs)
+
+    @property
+    def witness_step(self) -> int:
+        """The step of the witness test (0: none)."""
+        return self.max_steps // 2 if self.witness_steps is None else self.witness_steps
 
 
 @dataclass
@@ -315,7 +334,9 @@ class RunConfig:
         data = to_dict(self)
         return {key: data[key] for key in ("temperatures", "model", "chains", "sampler", "semantics")} | {
             "record_every": self.run.record_every, "coupled_pairs": self.coupling.num_pairs
-            if self.coupling.enabled else 0}
+            if self.coupling.enabled else 0} | ({"witness": [self.coupling.witness_step, self.coupling.witness_pairs,
+                                                             self.coupling.witness_temperatures]}
+                                                if self.coupling.enabled and self.coupling.witness_step else {})
 
 
 TOY_SOURCES = ("ising", "potts", "curie-weiss")

@@ -22,12 +22,14 @@ from torch import Tensor
 
 from .._io import AppendLog
 from .._random import as_generator
+from ..diagnostics.bracket import MixingBracket, mixing_bracket
 from ..diagnostics.claims import ClaimsReport, Evidence, assess_claims
 from ..diagnostics.influence import InfluenceEstimate, estimate_influence
 from ..diagnostics.margins import LocalMargins, local_margins
 from ..diagnostics.meeting import MeetingTimes, meeting_times_of
 from ..diagnostics.parallel import ConfidenceProfile, confidence_profile, random_window
 from ..diagnostics.rectangle import RectangleReport, sample_rectangles
+from ..diagnostics.witness import MixingLowerBound, nearer_start, witness_bound
 from ..embedders.base import HiddenStateEmbedder, cosine_distance
 from ..models.base import Denoiser, OutOfTime, forward_deadline
 from ..models.cost import CostLedger
@@ -47,13 +49,21 @@ SectionT = TypeVar("SectionT")
 class CouplingResult:
     """Meeting times of maximally coupled pairs (start sequence vs random tokens) per temperature of the ladder, and
     the pairs' Hamming distances at the start and at the end (0 once met); ``seconds`` of the loop that served them
-    with the chains, ``rows`` the forward rows spent on the pairs beyond the chains' own."""
+    with the chains, ``rows`` the forward rows spent on the pairs beyond the chains' own. ``lower``: the paired
+    witness bound per temperature at ``coupling.witness_steps`` (the certified slow side); ``witness_rows``: the
+    forward rows of the pairs added for it alone, per temperature (part of ``rows``)."""
 
     times: dict[float, MeetingTimes]
     hamming_start: list[int]
     hamming_end: list[int]
     seconds: float
     rows: int = 0
+    lower: dict[float, MixingLowerBound] = field(default_factory=dict)
+    witness_rows: dict[float, int] = field(default_factory=dict)
+
+    def brackets(self) -> dict[float, MixingBracket]:
+        """Both sides per temperature (:func:`~mlm_dynamics.diagnostics.bracket.mixing_bracket`)."""
+        return {tau: mixing_bracket(times, self.lower.get(tau)) for tau, times in self.times.items()}
 
 
 @dataclass
@@ -181,6 +191,7 @@ def run_chains(config: RunConfig, out_dir: Path | None = None, *, resume: bool =
         with restoring(checkpoint_path):
             state, progress = CoupledState.from_state_dict(saved["pairs"], tokens.device), saved["progress"]
             plan.state = state
+            plan.load_witness_state(progress["witness"])
             trajectory.resume(int(progress["trajectory_bytes"]))
             if watch is not None:
                 watch.resume(progress["semantics"], out_dir / "semantics.bin")
@@ -211,6 +222,7 @@ def run_chains(config: RunConfig, out_dir: Path | None = None, *, resume: bool =
                         progress["trajectory_bytes"] = trajectory.sync()  # the records hold what the checkpoint holds
                         if watch is not None:
                             progress["semantics"] = watch.state_dict()
+                        progress["witness"] = plan.witness_state()
                         save_checkpoint(checkpoint_path, {"pairs": state.state_dict(), "progress": progress},
                                         fingerprints=fingerprints, step=step)
         except OutOfTime:
@@ -289,13 +301,16 @@ REPORT_FORWARDS = 15  # the report and its figures, in bare forwards of the defa
 
 def planned_rows(config: RunConfig, num_sites: int) -> tuple[int, int]:
     """``(per_step, after)``: the forward rows of one step of the loop at its start (every chain, the partner of
-    each paired chain and both chains of each extra pair, before any meets) and of the sections after it (margins at
+    each paired chain and both chains of each extra pair and of each pair added for the witness test, before any
+    meets) and of the sections after it (margins at
     the start and the end, rectangles, influence, the semantics' reference fillings and observations), from the
     config alone. Both are upper bounds of what the run spends."""
     chains, ladder = config.chains.num_chains, len(config.temperatures)
     pairs = config.coupling.num_pairs if config.coupling.enabled else 0
     per_temperature = chains // ladder
     per_step = chains + ladder * (min(pairs, per_temperature) + 2 * max(pairs - per_temperature, 0))
+    if config.coupling.enabled and config.coupling.witness_step:  # the pairs added for the witness test
+        per_step += 2 * len(config.coupling.witness_temperatures) * max(config.coupling.witness_pairs - pairs, 0)
     rectangle = config.rectangle
     after = ((1 + chains) * num_sites if config.margins.enabled else 0)
     after += chains * rectangle.pairs_per_context * (2 * rectangle.num_tokens + 2) if rectangle.enabled else 0
@@ -377,27 +392,47 @@ class _Plan:
             rows = [c for c, t in enumerate(temperatures) if t == tau]
             paired += rows[:pairs]
             extra_temperatures += [tau] * max(pairs - len(rows), 0)
+        spec = config.coupling
+        budget, num_sites = min(spec.max_steps, config.run.num_steps), sites.shape[1]
+        self.witness_step = max(min(spec.witness_step, budget - num_sites), 0) if spec.enabled else 0
+        self.notes: list[str] = []
+        if spec.enabled and spec.witness_steps is not None and self.witness_step < spec.witness_steps:
+            self.notes.append(f"coupling.witness_steps {spec.witness_steps} cut to {self.witness_step}: the test "
+                              f"must come {num_sites} steps (the sites) before the pairs' budget {budget}, where "
+                              "pairs that can no longer meet stop" + ("" if self.witness_step else " (no test)"))
+        off_ladder = sorted(set(spec.witness_temperatures) - set(config.temperatures))
+        if spec.enabled and off_ladder:
+            self.notes.append(f"coupling.witness_temperatures {off_ladder} are not on the ladder "
+                              f"{config.temperatures}: no pairs added there")
+        witness_temperatures = [tau for tau in config.temperatures if tau in spec.witness_temperatures
+                                for _ in range(max(spec.witness_pairs - pairs, 0))] if self.witness_step else []
         extra = len(extra_temperatures)
-        x0 = torch.cat([tokens, tokens[:1].expand(extra, -1)])
-        row_sites = torch.cat([sites, sites[:1].expand(extra, -1)])
-        measured = torch.zeros(num_chains + extra, dtype=torch.bool, device=tokens.device)
+        x0 = torch.cat([tokens, tokens[:1].expand(extra + len(witness_temperatures), -1)])
+        row_sites = torch.cat([sites, sites[:1].expand(extra + len(witness_temperatures), -1)])
+        measured = torch.zeros(len(x0), dtype=torch.bool, device=tokens.device)
         measured[paired] = True
-        measured[num_chains:] = True
+        measured[num_chains:num_chains + extra] = True
+        self.witness_only = torch.zeros_like(measured)
+        self.witness_only[num_chains + extra:] = True
         generator = as_generator(config.chains.seed, "coupling", device=tokens.device)
         filled = randomize_sites(denoiser, x0, row_sites, generator)
-        y0 = torch.where(measured[:, None], filled, x0)
-        ladder = torch.tensor(temperatures + extra_temperatures, dtype=torch.float64)
+        y0 = torch.where((measured | self.witness_only)[:, None], filled, x0)
+        ladder = torch.tensor(temperatures + extra_temperatures + witness_temperatures, dtype=torch.float64)
         sampler = GlauberSampler(denoiser, ladder, **to_dict(config.sampler))
         self.chains = CoupledGlauberChains(sampler)
         self.state = self.chains.init_state(x0, y0, generator=config.chains.seed, sites=row_sites)
         self.state.freeze = torch.arange(len(x0), device=tokens.device) >= num_chains
         self.measured, self.num_chains = measured, num_chains
-        self.row_temperatures = temperatures + extra_temperatures
+        self.row_temperatures = temperatures + extra_temperatures + witness_temperatures
         self.hamming_start = (x0 != y0).sum(1)[measured].tolist()
+        self.witness = nearer_start(x0, y0)
+        self.witness_values: Tensor | None = None  # [2, rows] f(x), f(y) at the witness step, once reached
+        self.witness_rows = torch.zeros(len(x0), dtype=torch.long)
         self.budget = min(config.coupling.max_steps, config.run.num_steps)
-        self.notes = [] if self.budget == config.coupling.max_steps or not pairs else [
-            f"coupling.max_steps {config.coupling.max_steps} is above run.num_steps {config.run.num_steps}: the pairs "
-            f"ride on the chains' steps and were followed for {self.budget}"]
+        if self.budget != config.coupling.max_steps and pairs:
+            self.notes.append(f"coupling.max_steps {config.coupling.max_steps} is above run.num_steps "
+                              f"{config.run.num_steps}: the pairs ride on the chains' steps and were followed for "
+                              f"{self.budget}")
 
     def chain_view(self) -> ChainState:
         """The chains (rows ``[0, C)``) as a :class:`ChainState` sharing the pairs' tensors."""
@@ -410,12 +445,44 @@ class _Plan:
         return self.state.x.step < self.config.run.num_steps
 
     def after_step(self) -> None:
-        """Stop the open pairs that cannot meet within the pairs' budget, and at that budget every open pair."""
+        """At the witness step, record each pair's witness values (a met pair's ``y`` is its ``x``: they moved as
+        one since) and stop the pairs added for the test; then stop the open pairs that cannot meet within the pairs'
+        budget, and at that budget every open pair."""
         state = self.state
         if self.config.coupling.enabled:
+            served = self.witness_only & (state.open | (state.met_at == state.x.step))
+            self.witness_rows += 2 * served.long().cpu()
+            if state.x.step == self.witness_step:
+                met = (state.met_at >= 0)[:, None]
+                self.witness_values = torch.stack([self.witness(state.x.tokens),
+                                                   self.witness(torch.where(met, state.x.tokens, state.y))])
+                state.stop(self.witness_only)
             self.chains.stop_hopeless(state, self.budget)
             if state.x.step >= self.budget:
                 state.stop(state.open)
+
+    def witness_state(self) -> dict[str, Any]:
+        """What a checkpoint keeps of the witness test."""
+        return {"values": self.witness_values, "rows": self.witness_rows.clone()}
+
+    def load_witness_state(self, saved: dict[str, Any]) -> None:
+        """Continue the witness test from :meth:`witness_state`."""
+        self.witness_values, self.witness_rows = saved["values"], saved["rows"].clone()
+
+    def lower_bounds(self) -> dict[float, MixingLowerBound]:
+        """The paired witness bound per temperature at the witness step, on every pair tested there (none before
+        the loop reached it)."""
+        if self.witness_values is None:
+            return {}
+        tested = (self.measured | self.witness_only).cpu()
+        out = {}
+        for tau in self.config.temperatures:
+            rows = tested & torch.tensor([t == tau for t in self.row_temperatures])
+            if int(rows.sum()) >= 2:
+                values = self.witness_values[:, rows]
+                out[tau] = witness_bound(values[0][None, None], values[1][None, None], times=[self.witness_step],
+                                         binary=[self.witness.binary], names=[self.witness.name], paired=True)
+        return out
 
     def coupling_result(self, ledger: CostLedger) -> CouplingResult:
         """Meeting times per temperature of the measured pairs, censored at the budget or where they were
@@ -431,9 +498,12 @@ class _Plan:
                           for tau in self.config.temperatures}
         end = (self.state.x.tokens != self.state.y).sum(1)[self.measured].tolist()
         chain_rows = self.num_chains * self.state.x.step
+        witness_rows = {tau: int(self.witness_rows[torch.tensor([t == tau for t in self.row_temperatures])].sum())
+                        for tau in self.config.temperatures}
         return CouplingResult(times=by_temperature, hamming_start=self.hamming_start, hamming_end=end,
                               seconds=round(ledger.phases["chains and pairs"].seconds, 2),
-                              rows=self.state.rows - chain_rows)
+                              rows=self.state.rows - chain_rows, lower=self.lower_bounds(),
+                              witness_rows=witness_rows)
 
 
 def run_claims(result: ChainRunResult) -> ClaimsReport:

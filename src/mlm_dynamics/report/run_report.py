@@ -11,8 +11,9 @@ from typing import Any
 import torch
 from matplotlib.figure import Figure
 
+from ..diagnostics.bracket import MixingBracket
 from ..experiments.config import to_dict
-from ..experiments.run import TRAJECTORY_FIELDS, ChainRunResult
+from ..experiments.run import TRAJECTORY_FIELDS, ChainRunResult, CouplingResult
 from . import figures
 from .html import Section, claims_section, marked_changes, quantile_text, render_html, write_figures
 from .writers import write_billed, write_csv, write_text
@@ -37,8 +38,10 @@ def run_report(result: ChainRunResult) -> dict[str, Any]:
     if result.coupling is not None:
         coupling = result.coupling
         main = temperature
+        brackets = coupling.brackets()
         ladder = [{"temperature": tau, **times.summary(), "meeting_times": times.times.tolist(),
-                   "censored": times.censored.tolist()} for tau, times in coupling.times.items()]
+                   "censored": times.censored.tolist(), **_lower_side(coupling, tau, brackets[tau])}
+                  for tau, times in coupling.times.items()]
         report["mixing"] = {"temperature": main, **coupling.times[main].summary(), "by_temperature": ladder,
                             "hamming_between_pairs_start": coupling.hamming_start,
                             "hamming_between_pairs_end": coupling.hamming_end, "seconds": coupling.seconds,
@@ -55,6 +58,18 @@ def run_report(result: ChainRunResult) -> dict[str, Any]:
     if result.claims is not None:
         report["claims"] = result.claims.to_dict()
     return report
+
+
+def _lower_side(coupling: CouplingResult, tau: float, bracket: MixingBracket) -> dict[str, Any]:
+    """The certified slow side of one temperature and the verdict of both sides, for ``mixing.by_temperature``."""
+    lower = coupling.lower.get(tau)
+    sides = bracket.summary()
+    out: dict[str, Any] = {key: sides[key] for key in ("mixing_time_exceeds", "forgotten_by", "horizon")}
+    if lower is not None:
+        summary = lower.summary()
+        out.update({key: summary[key] for key in ("tv_lower", "d_lower", "chains_needed")})
+        out.update({"witness_pairs": lower.num_chains, "witness_rows": coupling.witness_rows.get(tau, 0)})
+    return {**out, "verdict": bracket.verdict, "verdict_text": bracket.text()}
 
 
 def key_figures(report: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -74,6 +89,8 @@ def key_figures(report: Mapping[str, Any]) -> list[dict[str, Any]]:
             pairs = mixing[tau]
             row["median meeting time [interval] (coverage)"] = quantile_text(pairs, "meeting_time_median")
             row["pairs censored"] = f"{pairs['censored_fraction']:.0%} of {pairs['num_pairs']:.0f}"
+            if "verdict_text" in pairs:
+                row["mixing (both sides, 95 %)"] = pairs["verdict_text"]
         if tau in semantics:
             row["drift (1 = forgot start)"] = f"{semantics[tau]['drift_over_scale_final']:.2f}"
             row["time trapped"] = f"{semantics[tau]['trapped_fraction']:.0%}"
@@ -228,6 +245,7 @@ def run_summary(result: ChainRunResult) -> str:
                          f"({times.censored_fraction:.0%} of {times.times.numel()} censored)")
         budget = int(next(iter(coupling.times.values())).budget)
         lines.append(f"coupled pairs, median meeting time: {', '.join(parts)}; budget {budget} steps")
+        lines += [f"mixing at tau={tau:g}: {bracket.text()}" for tau, bracket in coupling.brackets().items()]
     if result.rectangle is not None:
         summary = result.rectangle.summary()
         lines.append(f"rectangle test: {summary['prevalence']:.3f} of {int(summary['num_rectangles'])} rectangles "

@@ -1,0 +1,143 @@
+"""Both sides of the answer for one cell: a certified lower bound on mixing (witnesses) beside the coupling's upper
+side, and the verdict they decide together.
+
+For chains from start ``a`` (a run's start rows) and start ``b`` (random fillings), coupled pair by pair:
+
+- **slow**: ``t_mix(1/4) > t`` certified at 95 % by a witness at the design's horizon ``t``
+  (:mod:`.witness`: ``d(t) >= TV(a P^t, b P^t) / 2``);
+- **fast**: the pairs met, so ``TV(a P^t, b P^t) <= P(T_meet > t) <= 1/4`` certified at 95 % at some ``t`` within the
+  budget: the Clopper-Pearson upper limit of the share of pairs not met by ``t`` (censored pairs count as not met) is
+  at most ``1/4``. The scan over ``t`` needs no correction: the share not met never increases with ``t``, so the
+  first ``t`` where a wrong statement could be made is the last ``t`` with ``P(T > t) > 1/4``, one binomial test.
+  It says that chains from the two starts have forgotten them, not that ``d(t)`` is small (other starts may be
+  slower); the report says so;
+- **undecided** otherwise, with what it would need: pairs (for a side whose observed share would decide with more
+  pairs) or steps (for a side that no number of pairs decides at this horizon).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from scipy import stats
+
+from .meeting import MeetingTimes
+from .witness import DEFAULT_EPSILON, MixingLowerBound
+
+LEVEL = 0.95
+
+
+def _upper_limit(k: int, n: int, alpha: float) -> float:
+    """One-sided Clopper-Pearson upper limit of a binomial proportion with ``k`` of ``n``."""
+    return 1.0 if k >= n else float(stats.beta.ppf(1 - alpha, k + 1, n - k))
+
+
+def _lower_limit(k: int, n: int, alpha: float) -> float:
+    """One-sided Clopper-Pearson lower limit of a binomial proportion with ``k`` of ``n``."""
+    return 0.0 if k <= 0 else float(stats.beta.ppf(alpha, k, n - k + 1))
+
+
+def pairs_to_decide(share: float, threshold: float, *, above: bool, level: float = LEVEL,
+                    most: int = 100_000) -> int | None:
+    """Least ``N`` at which an observed ``share`` (kept as ``round(share N)`` of ``N``) puts the one-sided
+    Clopper-Pearson limit beyond ``threshold``: the lower limit above it (``above=True``) or the upper limit below it;
+    None when the share itself is not beyond the threshold (no number of pairs decides it) or ``most`` is not
+    enough."""
+    if (share <= threshold) if above else (share >= threshold):
+        return None
+    alpha, n = 1 - level, 1
+    while n <= most:
+        k = round(share * n)
+        if (_lower_limit(k, n, alpha) > threshold) if above else (_upper_limit(k, n, alpha) <= threshold):
+            return n
+        n = n + 1 if n < 64 else math.ceil(n * 1.05)
+    return None
+
+
+@dataclass
+class MixingBracket:
+    """Both sides of mixing in one cell (module docstring).
+
+    Attributes:
+        slow_beyond: ``t`` with ``t_mix(1/4) > t`` certified at ``level`` (the witness horizon), or None.
+        forgotten_by: the first ``t`` at which ``TV(a P^t, b P^t) <= 1/4`` is certified at ``level`` by the
+            coupling, or None.
+        horizon: the witness test's step (``slow`` is judged there).
+        budget: the steps the pairs were followed.
+        needs: what an undecided cell would need (empty when decided).
+        level: the confidence of each side.
+    """
+
+    slow_beyond: int | None
+    forgotten_by: int | None
+    horizon: int | None
+    budget: int
+    needs: str = ""
+    level: float = LEVEL
+
+    @property
+    def verdict(self) -> str:
+        """``slow``, ``fast`` or ``undecided`` (``slow`` where both sides are certified: they concern different
+        times, and a lower bound on ``t_mix`` is the stronger word about the sampler)."""
+        if self.slow_beyond is not None:
+            return "slow"
+        return "fast" if self.forgotten_by is not None else "undecided"
+
+    def summary(self) -> dict[str, float]:
+        """``mixing_time_exceeds`` (:attr:`slow_beyond`, the witness bound's own key) and ``forgotten_by`` (``nan``
+        where not certified), ``horizon``, ``budget``, ``level``."""
+        def value(x: int | None) -> float:
+            return math.nan if x is None else float(x)
+
+        return {"mixing_time_exceeds": value(self.slow_beyond), "forgotten_by": value(self.forgotten_by),
+                "horizon": value(self.horizon), "budget": float(self.budget), "level": self.level}
+
+    def text(self) -> str:
+        """One line: the verdict with its certified numbers, or what it would need."""
+        if self.verdict == "slow":
+            return f"slow: t_mix(1/4) > {self.slow_beyond} steps ({self.level:.0%})"
+        if self.verdict == "fast":
+            return (f"fast from these starts: TV <= 1/4 by step {self.forgotten_by} ({self.level:.0%}; other starts "
+                    "may be slower)")
+        return f"undecided: {self.needs}"
+
+
+def mixing_bracket(meeting: MeetingTimes, lower: MixingLowerBound | None, *,
+                   epsilon: float = DEFAULT_EPSILON) -> MixingBracket:
+    """The two sides of one cell from its coupled pairs' meeting times (upper side) and the paired witness bound of
+    the same or further pairs at one horizon (``lower``; None where no witness was tested). Cost: none."""
+    alpha = 1 - LEVEL
+    budget = int(meeting.budget)
+    n = meeting.times.numel()
+    forgotten_by = None
+    if n:
+        steps = sorted({int(t) for t, c in zip(meeting.times.tolist(), meeting.censored.tolist(), strict=True)
+                        if not c})
+        for t in steps:
+            k = int(((meeting.times > t) | meeting.censored).sum())
+            if _upper_limit(k, n, alpha) <= epsilon:
+                forgotten_by = t
+                break
+    slow_beyond = None if lower is None else lower.mixing_time_exceeds
+    horizon = None if lower is None else int(lower.times[-1])
+    needs = []
+    if slow_beyond is None and forgotten_by is None:
+        if lower is not None:
+            separated = (1 + float(lower.gap[-1])) / 2  # the paired share with f(X) > f(Y), at least
+            pairs = pairs_to_decide(separated, 0.5 + epsilon, above=True)
+            needs.append(f"slow side: {pairs} pairs at step {horizon} if they separate as these did"
+                         if pairs is not None else
+                         f"slow side: the witness separates {separated:.0%} of pairs at step {horizon}, and no number "
+                         f"of pairs certifies t_mix(1/4) > {horizon} from less than {0.5 + epsilon:.0%}")
+        else:
+            needs.append("slow side: no witness was tested at this temperature")
+        unmet = float(((meeting.times >= budget) | meeting.censored).float().mean()) if n else 1.0
+        pairs = pairs_to_decide(unmet, epsilon, above=False)
+        needs.append(f"fast side: {pairs} pairs if they meet as these did" if pairs is not None else
+                     f"fast side: {unmet:.0%} of pairs had not met by step {budget}: more steps")
+    return MixingBracket(slow_beyond=slow_beyond, forgotten_by=forgotten_by, horizon=horizon, budget=budget,
+                         needs="; ".join(needs))
+
+
+__all__ = ["MixingBracket", "mixing_bracket", "pairs_to_decide"]
