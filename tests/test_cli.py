@@ -110,3 +110,32 @@ def test_presets_load_by_name_from_any_directory(tmp_path, monkeypatch, name):
     assert load_config(SweepConfig, name).model.source == "ising"
     with pytest.raises(ConfigError, match="preset 'sweep-ising' is for `mlm-dynamics sweep`, not `run`"):
         load_config(RunConfig, name)
+
+
+@pytest.mark.slow
+def test_run_interrupted_after_the_witness_step_resumes_to_the_same_both_sides(tmp_path, monkeypatch):
+    pytest.importorskip("antiberty")
+    from mlm_dynamics.experiments.run import run_chains
+    from mlm_dynamics.report.run_report import run_report
+    from mlm_dynamics.sampling.coupling import CoupledGlauberChains
+
+    config = load_config(RunConfig, "antiberty-default", [
+        "model.num_layers=1", "chains.num_chains=2", "temperatures=[1.0, 2.0]", "run.num_steps=30",
+        "coupling.max_steps=30", "coupling.witness_steps=10", "coupling.witness_temperatures=[1.0]",
+        "rectangle.enabled=false", "margins.enabled=false", "influence.enabled=false", "semantics.enabled=false",
+        "run.checkpoint_every=2"])
+    whole = run_report(run_chains(config, tmp_path / "whole"))["mixing"]["by_temperature"]
+    step = CoupledGlauberChains.step_record
+
+    def interrupted(self, state):
+        if state.x.step == 13:
+            raise KeyboardInterrupt
+        return step(self, state)
+
+    (tmp_path / "split").mkdir()
+    with monkeypatch.context() as patch:
+        patch.setattr(CoupledGlauberChains, "step_record", interrupted)
+        assert run_chains(config, tmp_path / "split").stopped.startswith("interrupted")
+    split = run_report(run_chains(config, tmp_path / "split", resume=True))["mixing"]["by_temperature"]
+    assert whole == split
+    assert whole[0]["witness_pairs"] == 11 and whole[0]["witness_rows"] > 0 and "verdict" in whole[1]

@@ -191,7 +191,7 @@ def run_chains(config: RunConfig, out_dir: Path | None = None, *, resume: bool =
         with restoring(checkpoint_path):
             state, progress = CoupledState.from_state_dict(saved["pairs"], tokens.device), saved["progress"]
             plan.state = state
-            plan.load_witness_state(progress["witness"])
+            plan.load_witness_state(progress.get("witness"))
             trajectory.resume(int(progress["trajectory_bytes"]))
             if watch is not None:
                 watch.resume(progress["semantics"], out_dir / "semantics.bin")
@@ -302,9 +302,8 @@ REPORT_FORWARDS = 15  # the report and its figures, in bare forwards of the defa
 def planned_rows(config: RunConfig, num_sites: int) -> tuple[int, int]:
     """``(per_step, after)``: the forward rows of one step of the loop at its start (every chain, the partner of
     each paired chain and both chains of each extra pair and of each pair added for the witness test, before any
-    meets) and of the sections after it (margins at
-    the start and the end, rectangles, influence, the semantics' reference fillings and observations), from the
-    config alone. Both are upper bounds of what the run spends."""
+    meets) and of the sections after it (margins at the start and the end, rectangles, influence, the semantics'
+    reference fillings and observations), from the config alone. Both are upper bounds of what the run spends."""
     chains, ladder = config.chains.num_chains, len(config.temperatures)
     pairs = config.coupling.num_pairs if config.coupling.enabled else 0
     per_temperature = chains // ladder
@@ -379,8 +378,10 @@ class _Plan:
     of the sites; else a partner equal to it, which costs nothing), rows ``[C, C + E)`` extra pairs from the first
     start sequence where a temperature has fewer chains than ``coupling.num_pairs``. Chains move on after their pair
     met until ``run.num_steps``; extra pairs leave the batch when they meet; open pairs stop exactly when they can no
-    longer meet within ``coupling.max_steps``, and are censored there. What a step serves depends on the step and
-    the state only, so a run resumed to a larger ``run.num_steps`` is the longer run, bit for bit."""
+    longer meet within ``coupling.max_steps``, and are censored there. Rows after those: the pairs added for the
+    witness test at ``coupling.witness_temperatures``, frozen when met and stopped at the witness step, left out of
+    the meeting times. What a step serves depends on the step and the state only, so a run resumed to a larger
+    ``run.num_steps`` is the longer run, bit for bit."""
 
     def __init__(self, config: RunConfig, denoiser: Denoiser, tokens: Tensor, sites: Tensor) -> None:
         self.config = config
@@ -465,9 +466,10 @@ class _Plan:
         """What a checkpoint keeps of the witness test."""
         return {"values": self.witness_values, "rows": self.witness_rows.clone()}
 
-    def load_witness_state(self, saved: dict[str, Any]) -> None:
-        """Continue the witness test from :meth:`witness_state`."""
-        self.witness_values, self.witness_rows = saved["values"], saved["rows"].clone()
+    def load_witness_state(self, saved: dict[str, Any] | None) -> None:
+        """Continue the witness test from :meth:`witness_state` (None: a checkpoint of a run without one)."""
+        if saved is not None:
+            self.witness_values, self.witness_rows = saved["values"], saved["rows"].clone()
 
     def lower_bounds(self) -> dict[float, MixingLowerBound]:
         """The paired witness bound per temperature at the witness step, on every pair tested there (none before
