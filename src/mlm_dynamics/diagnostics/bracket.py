@@ -128,8 +128,9 @@ def mixing_bracket(meeting: MeetingTimes, lower: MixingLowerBound | None, *,
             pairs = pairs_to_decide(separated, 0.5 + epsilon, above=True)
             needs.append(f"slow side: {pairs} pairs at step {horizon} if they separate as these did"
                          if pairs is not None else
-                         f"slow side: the witness separates {separated:.0%} of pairs at step {horizon}, and no number "
-                         f"of pairs certifies t_mix(1/4) > {horizon} from less than {0.5 + epsilon:.0%}")
+                         f"slow side: the witness separates {separated:.0%} of pairs at step {horizon}; no number of "
+                         f"pairs certifies t_mix(1/4) > {horizon} unless more than {0.5 + epsilon:.0%} separate (a "
+                         "stronger witness, or starts further apart)")
         else:
             needs.append("slow side: no witness was tested at this temperature")
         unmet = float(((meeting.times >= budget) | meeting.censored).float().mean()) if n else 1.0

@@ -23,7 +23,9 @@ bound on the gap that holds at every time and for every witness together with pr
 ``TV(a P^t, b P^t)`` never increases with ``t`` (a Markov kernel contracts TV), so a bound certified at ``t`` holds
 at every earlier time: the reported ``tv_lower`` is the running maximum from the right. A witness may also depend on
 row ``i``'s own starts (``nearer_start``): then the gap bounds the mean over rows of ``TV(P^t(a_i, .), P^t(b_i,
-.))``, still at most ``2 d(t)``, provided the starts are fixed or drawn iid across rows.
+.))``, still at most ``2 d(t)``, provided the starts are drawn iid across rows, or are fixed and distinct with a
+binary witness (the Clopper-Pearson limit then holds for independent rows of unequal means: Hoeffding, 1956, a
+Poisson-binomial tail lies below the binomial one at the same mean; the betting limits need iid rows).
 
 A witness must be fixed before the chains it is tested on are seen. The default (``witness=None``) learns one: a
 per-position token-profile classifier (naive Bayes, add-1/2 smoothing) fitted at each time on the first half of the
@@ -151,9 +153,19 @@ def energy_below(energy: Callable[[Tensor], Tensor], threshold: float | Tensor) 
     return Witness("energy_below", lambda tokens: (energy(tokens).double().cpu() < limit).double(), binary=True)
 
 
-def _token_profile_witness(train_a: Tensor, train_b: Tensor) -> Witness:
-    """Binary witness learned from ``train_a``, ``train_b`` ``[M, L]``: naive Bayes on per-position token counts,
-    ``1[sum_j log((c_a[j, x_j] + 1/2) / (c_b[j, x_j] + 1/2)) > 0]`` (tokens unseen in training share one bucket)."""
+def token_profile(train_a: Tensor, train_b: Tensor) -> Witness:
+    """Binary witness learned from chains ``train_a``, ``train_b`` ``[M, L]`` of the two starts: naive Bayes on
+    per-position token counts, ``1[sum_j log((c_a[j, x_j] + 1/2) / (c_b[j, x_j] + 1/2)) > 0]`` (tokens unseen in
+    training share one bucket). Valid on chains independent of the training ones: the default witness of
+    :func:`mixing_lower_bound` learns it on half the rows; the run job on the other temperatures' pairs. Cost: none.
+
+    Examples:
+        >>> import torch
+        >>> from mlm_dynamics.diagnostics.witness import token_profile
+        >>> f = token_profile(torch.tensor([[0, 1], [0, 2]]), torch.tensor([[3, 1], [4, 2]]))
+        >>> f(torch.tensor([[0, 9], [3, 9]])).tolist()
+        [1.0, 0.0]
+    """
     vocab = torch.unique(torch.cat([train_a, train_b]).cpu())
     length = train_a.shape[-1]
 
@@ -373,7 +385,7 @@ def mixing_lower_bound(states_a: Tensor, states_b: Tensor, *,
     values_a, values_b = [], []
     for index in range(steps.numel()):
         if learned:
-            candidates = [_token_profile_witness(a[index, :half], b[index, :half])]
+            candidates = [token_profile(a[index, :half], b[index, :half])]
             test_a, test_b = a[index, half:], b[index, half:]
         else:
             candidates, test_a, test_b = fixed, a[index], b[index]
@@ -416,4 +428,4 @@ def witness_bound(values_a: Tensor, values_b: Tensor, *, times: Tensor | Sequenc
 
 
 __all__ = ["DEFAULT_EPSILON", "MixingLowerBound", "Witness", "agreement", "chains_to_certify", "energy_below",
-           "mixing_lower_bound", "nearer_start", "within_radius", "witness_bound"]
+           "mixing_lower_bound", "nearer_start", "token_profile", "within_radius", "witness_bound"]

@@ -161,12 +161,13 @@ class CouplingConfig:
     ladder; met pairs leave the batch.
 
     The certified slow side rides on the same pairs: at step ``witness_steps`` (None: half of ``max_steps``; 0: no
-    test) each temperature's pairs are tested with the paired witness ``nearer_start``
-    (:mod:`~mlm_dynamics.diagnostics.witness`: a met pair counts 0), certifying ``t_mix(1/4) > witness_steps`` at
-    95 % where they separate. The test must come before the pairs that can no longer meet are stopped: a later step
-    is cut to the pairs' budget less the sites, with a note. At ``witness_temperatures`` (those of the ladder; others
-    are named in a note) further pairs from the first start join until ``witness_pairs`` are tested there (11 is the
-    least that can certify), followed ``witness_steps`` steps only and left out of the meeting times."""
+    test) each temperature's pairs are tested, paired (:mod:`~mlm_dynamics.diagnostics.witness`: a met pair counts
+    0), with the token-profile witness learned on the other temperatures' pairs at that step, certifying
+    ``t_mix(1/4) > witness_steps`` at 95 % where it separates them. The test must come before the pairs that can no
+    longer meet are stopped: a later step is cut to the pairs' budget less the sites, with a note. At
+    ``witness_temperatures`` (those of the ladder; others are named in a note) further pairs from the first start
+    join until ``witness_pairs`` are tested there (11 is the least that can certify), followed ``witness_steps``
+    steps only and left out of the meeting times."""
 
     enabled: bool = True
     num_pairs: int = 4

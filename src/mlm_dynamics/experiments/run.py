@@ -29,7 +29,7 @@ from ..diagnostics.margins import LocalMargins, local_margins
 from ..diagnostics.meeting import MeetingTimes, meeting_times_of
 from ..diagnostics.parallel import ConfidenceProfile, confidence_profile, random_window
 from ..diagnostics.rectangle import RectangleReport, sample_rectangles
-from ..diagnostics.witness import MixingLowerBound, nearer_start, witness_bound
+from ..diagnostics.witness import MixingLowerBound, token_profile, witness_bound
 from ..embedders.base import HiddenStateEmbedder, cosine_distance
 from ..models.base import Denoiser, OutOfTime, forward_deadline
 from ..models.cost import CostLedger
@@ -50,7 +50,8 @@ class CouplingResult:
     """Meeting times of maximally coupled pairs (start sequence vs random tokens) per temperature of the ladder, and
     the pairs' Hamming distances at the start and at the end (0 once met); ``seconds`` of the loop that served them
     with the chains, ``rows`` the forward rows spent on the pairs beyond the chains' own. ``lower``: the paired
-    witness bound per temperature at ``coupling.witness_steps`` (the certified slow side); ``witness_rows``: the
+    witness bound per temperature at ``coupling.witness_steps`` (the certified slow side; the token-profile witness
+    learned on the other temperatures' pairs); ``witness_rows``: the
     forward rows of the pairs added for it alone, per temperature (part of ``rows``)."""
 
     times: dict[float, MeetingTimes]
@@ -426,8 +427,7 @@ class _Plan:
         self.measured, self.num_chains = measured, num_chains
         self.row_temperatures = temperatures + extra_temperatures + witness_temperatures
         self.hamming_start = (x0 != y0).sum(1)[measured].tolist()
-        self.witness = nearer_start(x0, y0)
-        self.witness_values: Tensor | None = None  # [2, rows] f(x), f(y) at the witness step, once reached
+        self.witness_states: Tensor | None = None  # [2, rows, L] x and y at the witness step, once reached
         self.witness_rows = torch.zeros(len(x0), dtype=torch.long)
         self.budget = min(config.coupling.max_steps, config.run.num_steps)
         if self.budget != config.coupling.max_steps and pairs:
@@ -446,8 +446,8 @@ class _Plan:
         return self.state.x.step < self.config.run.num_steps
 
     def after_step(self) -> None:
-        """At the witness step, record each pair's witness values (a met pair's ``y`` is its ``x``: they moved as
-        one since) and stop the pairs added for the test; then stop the open pairs that cannot meet within the pairs'
+        """At the witness step, record each pair's two chains (a met pair's ``y`` is its ``x``: they moved as one
+        since) and stop the pairs added for the test; then stop the open pairs that cannot meet within the pairs'
         budget, and at that budget every open pair."""
         state = self.state
         if self.config.coupling.enabled:
@@ -455,8 +455,7 @@ class _Plan:
             self.witness_rows += 2 * served.long().cpu()
             if state.x.step == self.witness_step:
                 met = (state.met_at >= 0)[:, None]
-                self.witness_values = torch.stack([self.witness(state.x.tokens),
-                                                   self.witness(torch.where(met, state.x.tokens, state.y))])
+                self.witness_states = torch.stack([state.x.tokens, torch.where(met, state.x.tokens, state.y)]).cpu()
                 state.stop(self.witness_only)
             self.chains.stop_hopeless(state, self.budget)
             if state.x.step >= self.budget:
@@ -464,26 +463,29 @@ class _Plan:
 
     def witness_state(self) -> dict[str, Any]:
         """What a checkpoint keeps of the witness test."""
-        return {"values": self.witness_values, "rows": self.witness_rows.clone()}
+        return {"states": self.witness_states, "rows": self.witness_rows.clone()}
 
     def load_witness_state(self, saved: dict[str, Any] | None) -> None:
         """Continue the witness test from :meth:`witness_state` (None: a checkpoint of a run without one)."""
         if saved is not None:
-            self.witness_values, self.witness_rows = saved["values"], saved["rows"].clone()
+            self.witness_states, self.witness_rows = saved["states"], saved["rows"].clone()
 
     def lower_bounds(self) -> dict[float, MixingLowerBound]:
         """The paired witness bound per temperature at the witness step, on every pair tested there (none before
-        the loop reached it)."""
-        if self.witness_values is None:
+        the loop reached it), with the token-profile witness learned on the other temperatures' pairs: chains
+        independent of those tested, so the witness is fixed before them (cross-fitting, no pair spent on it)."""
+        if self.witness_states is None:
             return {}
         tested = (self.measured | self.witness_only).cpu()
         out = {}
         for tau in self.config.temperatures:
-            rows = tested & torch.tensor([t == tau for t in self.row_temperatures])
-            if int(rows.sum()) >= 2:
-                values = self.witness_values[:, rows]
-                out[tau] = witness_bound(values[0][None, None], values[1][None, None], times=[self.witness_step],
-                                         binary=[self.witness.binary], names=[self.witness.name], paired=True)
+            here = torch.tensor([t == tau for t in self.row_temperatures])
+            rows, others = tested & here, tested & ~here
+            if int(rows.sum()) >= 2 and bool(others.any()):
+                witness = token_profile(self.witness_states[0, others], self.witness_states[1, others])
+                values = [witness(side[rows])[None, None] for side in self.witness_states]
+                out[tau] = witness_bound(values[0], values[1], times=[self.witness_step], binary=[witness.binary],
+                                         names=[witness.name], paired=True)
         return out
 
     def coupling_result(self, ledger: CostLedger) -> CouplingResult:
