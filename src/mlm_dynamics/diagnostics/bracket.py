@@ -124,7 +124,7 @@ def mixing_bracket(meeting: MeetingTimes, lower: MixingLowerBound | None, *,
     needs = []
     if slow_beyond is None and forgotten_by is None:
         if lower is not None:
-            separated = (1 + float(lower.gap[-1])) / 2  # the paired share with f(X) > f(Y), at least
+            separated = max(float(lower.gap[-1]), 0.0)  # P(D = 1) where no pair has D = -1
             pairs = pairs_to_decide(separated, 0.5 + epsilon, above=True)
             needs.append(f"slow side: {pairs} pairs at step {horizon} if they separate as these did"
                          if pairs is not None else

@@ -72,6 +72,19 @@ def _lower_side(coupling: CouplingResult, tau: float, bracket: MixingBracket) ->
     return {**out, "verdict": bracket.verdict, "verdict_text": bracket.text()}
 
 
+def _verdict_cell(row: Mapping[str, Any]) -> str:
+    """The verdict of both sides in a few words, from the numbers of ``mixing.by_temperature`` (``verdict_text`` says
+    what an undecided temperature would need)."""
+    if row["verdict"] == "slow":
+        return f"slow: t_mix(1/4) > {row['mixing_time_exceeds']:g}"
+    if row["verdict"] == "fast":
+        return f"fast from these starts: TV <= 1/4 by step {row['forgotten_by']:g}"
+    if row.get("tv_lower") is None:
+        return "undecided (no witness test)"
+    return (f"undecided: tv_lower {row['tv_lower']:.2f} at step {row['horizon']:g} from {row['witness_pairs']} pairs "
+            "(above 0.5 certifies slow)")
+
+
 def key_figures(report: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One row per temperature of the ladder with the run's headline numbers, for the top of the HTML report: the
     coupled pairs' median meeting time with its interval and the coverage it achieves (``> budget`` when censored),
@@ -89,8 +102,8 @@ def key_figures(report: Mapping[str, Any]) -> list[dict[str, Any]]:
             pairs = mixing[tau]
             row["median meeting time [interval] (coverage)"] = quantile_text(pairs, "meeting_time_median")
             row["pairs censored"] = f"{pairs['censored_fraction']:.0%} of {pairs['num_pairs']:.0f}"
-            if "verdict_text" in pairs:
-                row["mixing (both sides, 95 %)"] = pairs["verdict_text"]
+            if "verdict" in pairs:
+                row["mixing (both sides, 95 %)"] = _verdict_cell(pairs)
         if tau in semantics:
             row["drift (1 = forgot start)"] = f"{semantics[tau]['drift_over_scale_final']:.2f}"
             row["time trapped"] = f"{semantics[tau]['trapped_fraction']:.0%}"
