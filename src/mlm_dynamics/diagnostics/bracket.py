@@ -20,22 +20,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from scipy import stats
-
 from .meeting import MeetingTimes
-from .witness import DEFAULT_EPSILON, MixingLowerBound
+from .witness import DEFAULT_EPSILON, MixingLowerBound, clopper_pearson_lower
 
 LEVEL = 0.95
 
 
 def _upper_limit(k: int, n: int, alpha: float) -> float:
     """One-sided Clopper-Pearson upper limit of a binomial proportion with ``k`` of ``n``."""
-    return 1.0 if k >= n else float(stats.beta.ppf(1 - alpha, k + 1, n - k))
-
-
-def _lower_limit(k: int, n: int, alpha: float) -> float:
-    """One-sided Clopper-Pearson lower limit of a binomial proportion with ``k`` of ``n``."""
-    return 0.0 if k <= 0 else float(stats.beta.ppf(alpha, k, n - k + 1))
+    return 1 - clopper_pearson_lower(n - k, n, alpha)
 
 
 def pairs_to_decide(share: float, threshold: float, *, above: bool, level: float = LEVEL,
@@ -49,7 +42,7 @@ def pairs_to_decide(share: float, threshold: float, *, above: bool, level: float
     alpha, n = 1 - level, 1
     while n <= most:
         k = round(share * n)
-        if (_lower_limit(k, n, alpha) > threshold) if above else (_upper_limit(k, n, alpha) <= threshold):
+        if (clopper_pearson_lower(k, n, alpha) > threshold) if above else (_upper_limit(k, n, alpha) <= threshold):
             return n
         n = n + 1 if n < 64 else math.ceil(n * 1.05)
     return None

@@ -186,12 +186,17 @@ def token_profile(train_a: Tensor, train_b: Tensor) -> Witness:
     return Witness(LEARNED, classify, binary=True)
 
 
+def clopper_pearson_lower(k: int, n: int, alpha: float) -> float:
+    """One-sided Clopper-Pearson lower limit, at level ``1 - alpha``, of a binomial proportion with ``k`` of ``n``
+    (the upper limit is ``1 - clopper_pearson_lower(n - k, n, alpha)``)."""
+    return float(stats.beta.ppf(alpha, k, n - k + 1)) if k > 0 else 0.0
+
+
 def _lower_limit(values: Tensor, binary: bool, alpha: float) -> float:
     """One-sided lower confidence limit, at level ``1 - alpha``, of the mean of independent ``values [N]`` in
     ``[0, 1]``: Clopper-Pearson for binary values, betting (:mod:`.means`) otherwise."""
     if binary:
-        k, n = int(values.sum()), values.numel()
-        return float(stats.beta.ppf(alpha, k, n - k + 1)) if k > 0 else 0.0
+        return clopper_pearson_lower(int(values.sum()), values.numel(), alpha)
     return 1 - float(betting_upper_limit(1 - values, 1 - alpha))
 
 
@@ -427,5 +432,6 @@ def witness_bound(values_a: Tensor, values_b: Tensor, *, times: Tensor | Sequenc
                             learned=learned, paired=paired)
 
 
-__all__ = ["DEFAULT_EPSILON", "MixingLowerBound", "Witness", "agreement", "chains_to_certify", "energy_below",
+__all__ = ["DEFAULT_EPSILON", "MixingLowerBound", "Witness", "agreement", "chains_to_certify", "clopper_pearson_lower",
+           "energy_below",
            "mixing_lower_bound", "nearer_start", "token_profile", "within_radius", "witness_bound"]
