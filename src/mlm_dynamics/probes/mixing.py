@@ -73,11 +73,10 @@ class MeetingTimeProbe(Probe):
     at no further forward, the certified lower side: ``tv_lower``, ``d_lower``, ``mixing_time_exceeds`` and
     ``chains_needed`` of :func:`~mlm_dynamics.diagnostics.witness.mixing_lower_bound` (paired, witness
     :func:`~mlm_dynamics.diagnostics.witness.nearer_start`, at the pairs' last step: a pair that met counts 0); with
-    ``lag``, also L-lag meeting times of two
-    independent random fillings of each row and the bounds ``tv_bound_t{t}`` on ``TV(mu_0 P^t, pi)`` (with their
-    upper confidence limits ``tv_bound_t{t}_high``) for ``mu_0``
-    the uniform filling of the sites. Cost per run: at most ``max_steps`` forwards of ``<= 2 B`` rows (twice with
-    ``lag``). Pooled over ranks. A run the scheduler stops at the end of its budget
+    ``lag``, also L-lag meeting times of two independent random fillings of each row and the bounds
+    ``tv_bound_t{t}`` on ``TV(mu_0 P^t, pi)`` (with their upper confidence limits ``tv_bound_t{t}_high``) for
+    ``mu_0`` the uniform filling of the sites. Cost per run: at most ``max_steps`` forwards of ``<= 2 B`` rows
+    (twice with ``lag``). Pooled over ranks. A run the scheduler stops at the end of its budget
     (:func:`~mlm_dynamics.models.base.forward_deadline`) keeps the meeting times so far, censored at the steps
     reached (``budget`` says how many), and leaves the lagged pairs out.
     """
