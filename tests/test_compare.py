@@ -93,16 +93,35 @@ MINIMAL_RUN = {"config": {"temperatures": [1.0]}, "chains": {"num_chains": 2, "n
 
 
 @pytest.mark.parametrize(("edit", "key"), [
-    (lambda r: r.update(mixing={}, chains={}, config={}), "config.temperatures must be a non-empty list"),
-    (lambda r: r["config"].update(temperatures=[-1e300]), "config.temperatures[0] must be > 0, got -1e+300"),
+    (lambda r: r.update(mixing={}, chains={}, config={}), "config.temperatures is missing"),
+    (lambda r: r["config"].update(temperatures=[]), "config.temperatures must have at least 1 item"),
+    (lambda r: r["config"].update(temperatures=[-1e300]), "config.temperatures[0] must be greater than 0, got -1e+300"),
     (lambda r: r["mixing"]["by_temperature"][0].update(temperature="hot"),
-     "mixing.by_temperature[0].temperature must be a finite number, got 'hot'"),
+     "mixing.by_temperature[0].temperature must be a number, got 'hot'"),
     (lambda r: r["mixing"]["by_temperature"][0].update(censored_fraction=1.5),
-     "mixing.by_temperature[0].censored_fraction must be <= 1"),
+     "mixing.by_temperature[0].censored_fraction must be less than or equal to 1"),
     (lambda r: r["mixing"]["by_temperature"][0].update(meeting_time_median_lower_bound=-1e300),
-     "mixing.by_temperature[0].meeting_time_median_lower_bound must be >= 0"),
+     "mixing.by_temperature[0].meeting_time_median_lower_bound must be greater than or equal to 0"),
     (lambda r: r["claims"]["claims"][0].update(verdict="probably"), "claims.claims[0].verdict must be"),
-    (lambda r: r["chains"].pop("num_chains"), "chains.num_chains must be a finite number, got None"),
+    (lambda r: r["chains"].pop("num_chains"), "chains.num_chains is missing"),
+    # the cases a new user's damaged files raised: impossible numbers, wrong types, partial reports
+    (lambda r: r["mixing"]["by_temperature"][0].update(budget=20, meeting_time_median=1e300,
+                                                       meeting_time_median_lower_bound=None),
+     "mixing.by_temperature[0]: meeting_time_median 1e+300 must be at most the budget 20"),
+    (lambda r: r["mixing"]["by_temperature"][0].update(num_pairs=10**301),
+     "mixing.by_temperature[0].num_pairs must be less than or equal to 9007199254740992"),
+    (lambda r: r["mixing"]["by_temperature"][0].update(num_pairs=2.5),
+     "mixing.by_temperature[0].num_pairs must be a valid integer"),
+    (lambda r: r["claims"]["claims"][0].update(power=7), "claims.claims[0].power must be less than or equal to 1"),
+    (lambda r: r["claims"]["claims"][0].pop("statement"), "claims.claims[0].statement is missing"),
+    (lambda r: r.update(environment="laptop"), "environment must be a valid dictionary"),
+    (lambda r: r["chains"].update(num_chains=2.5), "chains.num_chains must be a valid integer"),
+    (lambda r: r["chains"].update(start_sequences=["AC"]),
+     "chains: start_sequences must hold one sequence per chain (2), got 1"),
+    (lambda r: r["mixing"]["by_temperature"][0].update(meeting_time_median=5, meeting_time_median_low=6),
+     "mixing.by_temperature[0]: meeting_time_median 5 must lie in its interval"),
+    (lambda r: r["mixing"]["by_temperature"][0].update(censored_fraction=True),
+     "mixing.by_temperature[0].censored_fraction must be a number, got True"),
 ])
 def test_hollow_and_impossible_reports_are_refused_in_one_line_naming_the_file_and_key(tmp_path, capsys, edit, key):
     good, bad = tmp_path / "good", tmp_path / "bad"
@@ -117,14 +136,17 @@ def test_hollow_and_impossible_reports_are_refused_in_one_line_naming_the_file_a
 
 
 def test_the_same_run_twice_and_damaged_files_are_refused(tmp_path, capsys):
-    runs = [tmp_path / name for name in ("a", "b", "c")]
+    runs = [tmp_path / name for name in ("a", "b", "c", "d", "e")]
     for folder in runs:
         folder.mkdir()
     (runs[0] / "report.json").write_text(json.dumps(MINIMAL_RUN))
-    (runs[1] / "report.json").write_text(json.dumps(MINIMAL_RUN))  # a copy of the same report
     (runs[2] / "report.json").write_bytes(b"\x00\xff\x13binary")
+    (runs[1] / "report.json").write_text(json.dumps(MINIMAL_RUN, indent=4))  # the same report, laid out again
+    (runs[3] / "report.json").write_text("[" * 200_000 + "]" * 200_000)
+    (runs[4] / "report.json").write_text(json.dumps({**MINIMAL_RUN, "artifact": {"job": "run", "version": 99}}))
     for pair, said in (((runs[0], runs[0]), "same run as"), ((runs[0], runs[1]), "same run as"),
-                       ((runs[0], runs[2]), "is damaged")):
+                       ((runs[0], runs[2]), "is damaged"), ((runs[0], runs[3]), "nested too deeply"),
+                       ((runs[0], runs[4]), "schema version 99, written by a newer mlm_dynamics")):
         assert main(["compare", *map(str, pair), "--out", str(tmp_path / "out")]) == 2
         error = capsys.readouterr().err.strip()
         assert len(error.splitlines()) == 1 and said in error, error

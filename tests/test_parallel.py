@@ -304,6 +304,7 @@ def test_the_parallel_decoding_job_on_a_diffusion_fixture_and_the_control(tmp_pa
 
     from family_models import build
     from mlm_dynamics.cli import main
+    from mlm_dynamics.report.schema import validate_report
 
     model_dir = build.write("llada", tmp_path / "models")
     out = tmp_path / "out"
@@ -313,6 +314,7 @@ def test_the_parallel_decoding_job_on_a_diffusion_fixture_and_the_control(tmp_pa
                  "--set", "samples=8", "--set", "contexts=2", "--quiet"])
     assert code == 0
     report = json.loads((out / "report.json").read_text())
+    validate_report(report, "parallel-decoding")  # what the job writes passes the schema readers check
     rows = {row["model"]: row for row in report["parallel"]}
     assert set(rows) == {"LLaDA fixture", "toy"} and report["cost"]["forward_rows"] > 0
     for row in rows.values():

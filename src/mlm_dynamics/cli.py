@@ -29,6 +29,7 @@ from .experiments.rectangles import RectangleTableConfig, run_rectangle_table
 from .experiments.semantics import CaseStudyConfig, run_case_study
 from .experiments.sweep import SweepConfig, run_sweep
 from .models.cost import CostLedger, process_started
+from .report.artifacts import claim_out
 from .report.compare_report import compare_summary, write_compare_report
 from .report.decoding_report import parallel_decoding_summary, write_parallel_decoding
 from .report.history_report import findings, write_history_report
@@ -133,6 +134,8 @@ def parser() -> argparse.ArgumentParser:
                               " default: the built-in defaults)")
         job.add_argument("--out", type=out_path, default=Path(f"runs/{name}"), help="output directory")
         job.add_argument("--resume", action="store_true", help="continue from the checkpoint in OUT")
+        job.add_argument("--overwrite", action="store_true",
+                         help="replace the results of this job already in OUT (never another job's)")
         job.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                          help="override a config value, e.g. --set 'temperatures=[0.5, 1.0]'")
         job.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -155,10 +158,12 @@ def parser() -> argparse.ArgumentParser:
                               "repeat it to overlay several runs on one page")
     history.add_argument("--out", type=out_path, default=None,
                          help="output directory (default: LOGDIR/mlm-dynamics-report)")
+    history.add_argument("--overwrite", action="store_true", help="replace the history report already in OUT")
     compare = commands.add_parser("compare", help="several run or sweep reports side by side: report.html")
     compare.add_argument("runs", type=Path, nargs="+", help="the --out folders of two or more runs (or sweeps)")
     compare.add_argument("--out", type=out_path, default=Path("compare"),
                          help="output directory (default: ./compare)")
+    compare.add_argument("--overwrite", action="store_true", help="replace the comparison already in OUT")
     return root
 
 
@@ -207,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         check_out_dir(args.out)
         cluster = getattr(args, "num_nodes", 1) > 1  # every rank of a cluster run writes into the shared --out
         with nullcontext() if cluster else OutputLock(args.out):
+            claim_out(args.out, args.command, resume=args.resume, overwrite=args.overwrite)
             summary = _run_job(args, config)
         if summary is None:  # another rank of a cluster run: global rank 0 writes the report
             return 0
@@ -235,6 +241,7 @@ def _history(args: argparse.Namespace) -> int:
         names = list(dict.fromkeys(args.run)) if args.run else [None]
         runs = [read_logs(args.logdir, run=name) for name in names]
         check_out_dir(out)
+        claim_out(out, "history", overwrite=args.overwrite)
         reports = write_history_report(runs, out, f"mlm_dynamics: mixing history of {args.logdir.name}")
     except ValueError as error:  # ConfigError too
         print(f"mlm-dynamics: error: {one_line(str(error))}", file=sys.stderr)
@@ -254,6 +261,7 @@ def _compare(args: argparse.Namespace) -> int:
     is."""
     try:
         check_out_dir(args.out)
+        claim_out(args.out, "compare", overwrite=args.overwrite)
         compared = write_compare_report(args.runs, args.out)
     except ValueError as error:
         print(f"mlm-dynamics: error: {one_line(str(error))}", file=sys.stderr)

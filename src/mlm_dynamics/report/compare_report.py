@@ -15,144 +15,46 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from matplotlib.figure import Figure
 
+from .artifacts import artifact
 from .figures import SERIES_MARKERS, legend_outside, new_figure, temperature_axis
 from .html import Section, generated_by, marked_changes, quantile_text, render_html, write_figures
+from .schema import read_report
 from .writers import write_json, write_text
 
 
 def load_reports(folders: Sequence[Path]) -> list[tuple[str, dict[str, Any]]]:
-    """``(name, report.json)`` of each folder, in order, each checked (:func:`check_report`); a ValueError naming
-    the folder that has no readable report, the file and key of a value that is missing or impossible, a folder (or
-    a report) given twice, and reports of different jobs or fewer than two."""
+    """``(name, report.json)`` of each folder, in order, each read and checked against its schema
+    (:func:`~mlm_dynamics.report.schema.read_report`); a ValueError in one line naming the folder that has no readable
+    report, the file and key of a value that is missing or impossible, a folder (or a report, whatever its layout)
+    given twice, and reports of different jobs or fewer than two."""
     if len(folders) < 2:
         raise ValueError(f"RUNS: compare needs at least two run folders, got {len(folders)}")
-    named: list[tuple[Path, dict[str, Any]]] = []
+    named: list[tuple[Path, str, dict[str, Any]]] = []
     seen: dict[object, Path] = {}
     for folder in folders:
         path = Path(folder) / "report.json"
+        if not path.is_file():
+            raise ValueError(f"RUNS: {folder} has no report.json (point at a run or sweep --out folder)")
         try:
-            raw = path.read_bytes()
-            report = json.loads(raw.decode("utf-8"))
-        except FileNotFoundError:
-            raise ValueError(f"RUNS: {folder} has no report.json (point at a run or sweep --out folder)") from None
-        except (OSError, ValueError) as error:
-            raise ValueError(f"RUNS: {path} is damaged: it cannot be read as a report ({error})") from None
-        for key in (Path(folder).resolve(), raw):
+            job, report = read_report(path, ("run", "sweep"))
+        except ValueError as error:
+            raise ValueError(f"RUNS: {error}") from None
+        content = json.dumps(report, sort_keys=True)  # the same report in another layout is the same run
+        for key in (Path(folder).resolve(), content):
             if key in seen:
                 raise ValueError(f"RUNS: {folder} is the same run as {seen[key]} (the same "
-                                 f"{'folder' if isinstance(key, Path) else 'report.json'}); compare different runs")
+                                 f"{'folder' if isinstance(key, Path) else 'report'}); compare different runs")
             seen[key] = folder
-        check_report(report, path)
-        named.append((Path(folder), report))
-    kinds = {job_of(report, folder) for folder, report in named}
+        named.append((Path(folder), job, report))
+    kinds = {job for _, job, _ in named}
     if len(kinds) > 1:
         raise ValueError(f"RUNS: the folders hold reports of different jobs ({', '.join(sorted(kinds))}); compare "
                          "runs with runs and sweeps with sweeps")
-    return list(zip(run_names([folder for folder, _ in named]), [report for _, report in named], strict=True))
-
-
-def check_report(report: Any, path: Path) -> None:
-    """A ValueError naming ``path`` and the key of the first thing a run or sweep report cannot be: not a mapping,
-    a section or key the comparison reads missing or of the wrong type, or a value no run can produce (temperatures
-    and lengths that are not finite and > 0, times or budgets below 0, fractions and coverages outside [0, 1], a
-    verdict that is not one of the three)."""
-    if not isinstance(report, dict):
-        raise ValueError(f"RUNS: {path} is not a report (a JSON object), got {type(report).__name__}")
-    job = job_of(report, path.parent)
-    check = _Checker(path)
-    if job == "run":
-        ladder = check.list(report, "config.temperatures", nonempty=True)
-        for k, tau in enumerate(ladder):
-            check.number(tau, f"config.temperatures[{k}]", positive=True)
-        chains = check.mapping(report, "chains")
-        check.number(chains.get("num_chains"), "chains.num_chains", positive=True)
-        check.number(chains.get("num_steps"), "chains.num_steps", low=0)
-        entries = check.list(report, "mixing.by_temperature", nonempty=True)
-        prefix = "mixing.by_temperature"
-    else:
-        entries = check.list(report, "sweep.cells", nonempty=True)
-        prefix = "sweep.cells"
-        for k, fit in enumerate(check.list(report, "sweep.fit")):
-            check.number(check.mapping_value(fit, f"sweep.fit[{k}]"), f"sweep.fit[{k}].temperature", positive=True)
-            for key in ("C", "C_low", "C_high"):
-                check.number(fit.get(key), f"sweep.fit[{k}].{key}", optional=True)
-    for k, entry in enumerate(entries):
-        where = f"{prefix}[{k}]"
-        check.number(check.mapping_value(entry, where), f"{where}.temperature", positive=True)
-        if job == "sweep":
-            check.number(entry.get("num_sites"), f"{where}.num_sites", positive=True)
-        check.number(entry.get("censored_fraction"), f"{where}.censored_fraction", low=0, high=1)
-        check.number(entry.get("num_pairs"), f"{where}.num_pairs", positive=True)
-        check.number(entry.get("budget"), f"{where}.budget", low=0, optional=True)
-        for key in ("meeting_time_median", "meeting_time_median_low", "meeting_time_median_high",
-                    "meeting_time_median_lower_bound"):
-            check.number(entry.get(key), f"{where}.{key}", low=0, optional=True)
-        check.number(entry.get("meeting_time_median_confidence"), f"{where}.meeting_time_median_confidence", low=0,
-                     high=1, optional=True)
-    claims = report.get("claims") if job == "run" else report["sweep"].get("claims")
-    for k, claim in enumerate(check.list({"claims": claims}, "claims.claims") if claims is not None else []):
-        verdict = check.mapping_value(claim, f"claims.claims[{k}]", key="verdict")
-        if verdict not in ("holds", "does not hold", "inconclusive"):
-            check.fail(f"claims.claims[{k}].verdict", "be 'holds', 'does not hold' or 'inconclusive'", verdict)
-
-
-class _Checker:
-    """The checks :func:`check_report` makes, each failing in one line naming the file and the key."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def fail(self, key: str, what: str, value: Any) -> NoReturn:
-        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
-        raise ValueError(f"RUNS: {self.path}: {key} must {what}, got {shown} (a damaged or hand-edited report?)")
-
-    def mapping(self, report: dict[str, Any], key: str) -> dict[str, Any]:
-        value = report.get(key)
-        if not isinstance(value, dict):
-            self.fail(key, "be an object", value)
-        return value
-
-    def mapping_value(self, value: Any, where: str, key: str = "temperature") -> Any:
-        if not isinstance(value, dict):
-            self.fail(where, "be an object", value)
-        if key not in value:
-            self.fail(f"{where}.{key}", "be present", None)
-        return value[key]
-
-    def list(self, report: dict[str, Any], dotted: str, *, nonempty: bool = False) -> list[Any]:
-        value: Any = report
-        for part in dotted.split("."):
-            value = value.get(part) if isinstance(value, dict) else None
-        if not isinstance(value, list) or (nonempty and not value):
-            self.fail(dotted, "be a non-empty list" if nonempty else "be a list", value)
-        return value
-
-    def number(self, value: Any, key: str, *, low: float | None = None, high: float | None = None,
-               positive: bool = False, optional: bool = False) -> None:
-        if value is None and optional:
-            return
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            self.fail(key, "be a finite number" + (" or null" if optional else ""), value)
-        if positive and not value > 0:
-            self.fail(key, "be > 0", value)
-        if low is not None and value < low:
-            self.fail(key, f"be >= {low:g}", value)
-        if high is not None and value > high:
-            self.fail(key, f"be <= {high:g}", value)
-
-
-def job_of(report: dict[str, Any], folder: Path) -> str:
-    """``"run"`` or ``"sweep"``: the job that wrote ``report``; a ValueError naming ``folder`` otherwise."""
-    if "mixing" in report and "chains" in report:
-        return "run"
-    if "sweep" in report:
-        return "sweep"
-    raise ValueError(f"RUNS: {folder}/report.json is not a run or sweep report (semantics and rectangle-table "
-                     "reports have no counterpart to compare yet)")
+    return list(zip(run_names([folder for folder, _, _ in named]), [report for _, _, report in named], strict=True))
 
 
 def run_names(folders: Sequence[Path]) -> list[str]:
@@ -235,6 +137,8 @@ def draw_rows(named: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str, Any
                                  column: marked_changes(text, draw["x_start"])})
             continue
         chains, ladder = report["chains"], report["config"]["temperatures"]
+        if not chains.get("start_sequences") or not chains.get("final_sequences"):
+            continue  # a trimmed report keeps no sequences (the one the docs ship)
         block = chains["num_chains"] // len(ladder)
         for tau in sorted({min(ladder), max(ladder)}):
             chain = ladder.index(tau) * block
@@ -337,15 +241,16 @@ def write_compare_report(folders: Sequence[Path], out_dir: Path) -> dict[str, An
     """Write ``compare.json``, ``figures/*.png`` and ``report.html`` into ``out_dir``; return what compare.json
     holds."""
     named = load_reports(folders)
-    kind = job_of(named[0][1], Path(folders[0]))
+    kind = "sweep" if "sweep" in named[0][1] else "run"
     claims = claim_rows(named)
     numbers = meeting_rows(named) if kind == "run" else scaling_rows(named)
     drawn = {"meeting": meeting_figure(named)}
     if kind == "sweep":
         drawn["scaling"] = scaling_figure(named)
     made = generated_by()
-    compared = {"job": kind, "runs": [name for name, _ in named], "folders": [str(f) for f in folders],
-                "provenance": provenance_rows(named), "claims": claims, "numbers": numbers, "environment": made}
+    compared = {"artifact": artifact("compare"), "job": kind, "runs": [name for name, _ in named],
+                "folders": [str(f) for f in folders], "provenance": provenance_rows(named), "claims": claims,
+                "numbers": numbers, "environment": made}
     title = {"run": "Meeting times by temperature", "sweep": "Meeting times, C(tau) and the slow region"}[kind]
     sections = [
         Section("What the runs found: the paper's claims, side by side", tables=[("claims", claims)]),
@@ -371,5 +276,5 @@ def compare_summary(compared: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["check_report", "claim_rows", "compare_summary", "draw_rows", "load_reports", "meeting_entries",
+__all__ = ["claim_rows", "compare_summary", "draw_rows", "load_reports", "meeting_entries",
            "meeting_rows", "provenance_rows", "scaling_rows", "write_compare_report"]

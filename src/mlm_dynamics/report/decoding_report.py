@@ -28,7 +28,7 @@ def write_parallel_decoding(config: ParallelDecodingConfig, results: list[Decodi
                             cost: CostLedger | None = None) -> dict[str, Any]:
     """Write ``table.csv``, ``report.json`` and ``report.html`` into ``out_dir``; return the report, with ``cost``
     (the job's ledger when given, writing included)."""
-    return write_billed(out_dir, cost, lambda: _write_pages(config, results, out_dir, cost))
+    return write_billed(out_dir, "parallel-decoding", cost, lambda: _write_pages(config, results, out_dir, cost))
 
 
 def parallel_section(results: list[DecodingResult], thresholds: list[float]) -> Section:

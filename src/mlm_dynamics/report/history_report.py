@@ -21,6 +21,7 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from ..probes.keys import key_regex
+from .artifacts import artifact
 from .figures import SERIES_MARKERS, legend_outside, new_figure
 from .html import Section, generated_by, marked_changes, render_html, write_figures
 from .logs import LoggedRun
@@ -161,7 +162,8 @@ def write_history_report(runs: Sequence[LoggedRun], out_dir: Path, title: str) -
     write_text(out_dir / "report.html", render_html(title, sections, {"source": runs[0].source,
                                                                       "run": ", ".join(r["run"] for r in reports)},
                                                     made))
-    write_json(out_dir / "history.json", {**({"runs": reports} if several else reports[0]), "environment": made})
+    history = {"runs": reports} if several else reports[0]
+    write_json(out_dir / "history.json", {"artifact": artifact("history"), **history, "environment": made})
     return reports
 
 

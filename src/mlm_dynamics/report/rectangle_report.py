@@ -19,7 +19,7 @@ def write_rectangle_table(config: RectangleTableConfig, rows: list[TableRow], ou
     """Write ``table.csv``, ``report.json`` and ``report.html`` of the rectangle table into ``out_dir``; return the
     report, with ``cost`` (:meth:`~mlm_dynamics.models.cost.CostLedger.record`, writing included; the job's ledger
     when given)."""
-    return write_billed(out_dir, cost, lambda: _write_pages(config, rows, out_dir, cost))
+    return write_billed(out_dir, "rectangle-table", cost, lambda: _write_pages(config, rows, out_dir, cost))
 
 
 def _write_pages(config: RectangleTableConfig, rows: list[TableRow], out_dir: Path,

@@ -191,7 +191,7 @@ CAPTIONS = {
 def write_run_report(result: ChainRunResult, out_dir: Path) -> dict[str, Any]:
     """Write ``report.json``, ``trajectory.csv``, ``figures/*.png`` and ``report.html``; returns the report, whose
     ``cost`` (:meth:`~mlm_dynamics.models.cost.CostLedger.record`) includes writing them."""
-    return write_billed(out_dir, result.cost, lambda: _write_pages(result, out_dir))
+    return write_billed(out_dir, "run", result.cost, lambda: _write_pages(result, out_dir))
 
 
 def _write_pages(result: ChainRunResult, out_dir: Path) -> dict[str, Any]:

@@ -44,7 +44,7 @@ CAPTIONS = {"landscape": "PCA of the sentence embeddings of every chain state; c
 def write_semantics_report(result: CaseStudyResult, out_dir: Path) -> dict[str, Any]:
     """Write ``report.json``, the figures and ``report.html`` of the case study into ``out_dir``; return the report,
     whose ``cost`` (:meth:`~mlm_dynamics.models.cost.CostLedger.record`) includes writing them."""
-    return write_billed(out_dir, result.cost, lambda: _write_pages(result, out_dir))
+    return write_billed(out_dir, "semantics", result.cost, lambda: _write_pages(result, out_dir))
 
 
 def _write_pages(result: CaseStudyResult, out_dir: Path) -> dict[str, Any]:

@@ -75,7 +75,7 @@ def sweep_figures_of(result: SweepResult) -> dict[str, Figure]:
 def write_sweep_report(result: SweepResult, out_dir: Path) -> dict[str, Any]:
     """Write every output into ``out_dir``; returns the JSON report, whose ``cost``
     (:meth:`~mlm_dynamics.models.cost.CostLedger.record`) includes writing them."""
-    return write_billed(out_dir, result.cost, lambda: _write_pages(result, out_dir))
+    return write_billed(out_dir, "sweep", result.cost, lambda: _write_pages(result, out_dir))
 
 
 def _write_pages(result: SweepResult, out_dir: Path) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import Any
 
 from .._io import atomic_write
 from ..models.cost import CostLedger
+from .artifacts import artifact
 
 
 def jsonable(value: Any) -> Any:
@@ -49,14 +50,16 @@ def write_csv(path: Path, rows: Sequence[Mapping[str, Any]], fieldnames: Sequenc
     write_text(path, buffer.getvalue())
 
 
-def write_billed(out_dir: Path, cost: CostLedger | None, pages: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    """Write a job's report: ``pages()`` writes its files and returns what ``report.json`` holds, charged to the phase
-    ``report and figures`` of ``cost`` (the job's ledger; a new one when there is none); then ``report.json`` with the
-    whole bill under ``cost`` (:meth:`~mlm_dynamics.models.cost.CostLedger.record`). Returns the report."""
+def write_billed(out_dir: Path, job: str, cost: CostLedger | None, pages: Callable[[], dict[str, Any]]
+                 ) -> dict[str, Any]:
+    """Write a ``job``'s report: ``pages()`` writes its files and returns what ``report.json`` holds, charged to the
+    phase ``report and figures`` of ``cost`` (the job's ledger; a new one when there is none); then, last,
+    ``report.json`` with its :func:`~mlm_dynamics.report.artifacts.artifact` marker and the whole bill under ``cost``
+    (:meth:`~mlm_dynamics.models.cost.CostLedger.record`). Returns the report."""
     ledger = cost if cost is not None else CostLedger()
     with ledger.phase("report and figures"):
         report = pages()
-    report["cost"] = ledger.record()
+    report = {"artifact": artifact(job), **report, "cost": ledger.record()}
     write_json(out_dir / "report.json", report)
     return report
 

@@ -1,0 +1,124 @@
+"""Result files: every job writes what its schema allows, readers refuse what it does not, and no command writes over
+another job's results."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from helpers import SMALL_JOBS
+from mlm_dynamics.cli import main
+from mlm_dynamics.report.artifacts import SCHEMA_VERSION, held_by
+from mlm_dynamics.report.schema import SCHEMAS, read_report, validate_report
+
+
+def _job(job: str, out: Path, *extra: str) -> int:
+    preset, overrides = SMALL_JOBS[job]
+    sets = [item for override in overrides for item in ("--set", override)]
+    return main([job, "--config", preset, "--out", str(out), "--quiet", *sets, *extra])
+
+
+@pytest.fixture(scope="module")
+def outputs(tmp_path_factory):
+    """A run, two sweeps, a rectangle table, the comparison of the sweeps and a history report, from the smallest
+    presets."""
+    from test_callbacks import fit
+
+    out = tmp_path_factory.mktemp("outputs")
+    for job in ("run", "sweep", "rectangle-table"):
+        assert _job(job, out / job) == 0
+    assert _job("sweep", out / "short-sweep", "--set", "grid.max_steps=10") == 0
+    assert main(["compare", str(out / "sweep"), str(out / "short-sweep"), "--out", str(out / "compare")]) == 0
+    fit(out / "fit", max_steps=4)
+    assert main(["report", str(out / "fit" / "csv"), "--out", str(out / "history")]) == 0
+    return out
+
+
+@pytest.mark.parametrize(("folder", "file", "job"), [
+    ("run", "report.json", "run"), ("sweep", "report.json", "sweep"), ("short-sweep", "report.json", "sweep"),
+    ("rectangle-table", "report.json", "rectangle-table"), ("compare", "compare.json", "compare"),
+    ("history", "history.json", "history")])
+def test_what_each_job_writes_passes_its_schema_and_names_its_job(outputs, folder, file, job):
+    path = outputs / folder / file
+    written = json.loads(path.read_text())
+    assert written["artifact"] == {"job": job, "version": SCHEMA_VERSION}
+    validate_report(written, job)
+    assert held_by(outputs / folder).job == job
+    if job in ("run", "sweep"):
+        assert read_report(path, ("run", "sweep")) == (job, written)
+
+
+def test_the_schema_refuses_what_the_job_would_never_write(outputs):
+    """The real run report, each relation broken once: the same checks a reader makes."""
+    report = json.loads((outputs / "run" / "report.json").read_text())
+    entry = report["mixing"]["by_temperature"][0]
+    budget = entry["budget"]
+    broken = [("meeting_times", [*entry["meeting_times"][:-1], budget + 1], "must be at most the budget"),
+              ("meeting_time_median_lower_bound", budget * 10, "must be at most the budget"),
+              ("tv_lower", 1.5, "tv_lower must be less than or equal to 1"),
+              ("verdict", "stuck", "verdict must be 'slow', 'fast' or 'undecided'")]
+    for key, value, said in broken:
+        edited = json.loads(json.dumps(report))
+        edited["mixing"]["by_temperature"][0][key] = value
+        with pytest.raises(ValueError, match=said):
+            validate_report(edited, "run")
+    sweep = json.loads((outputs / "sweep" / "report.json").read_text())
+    sweep["sweep"]["cells"][0]["draws"][0]["met_at"] = sweep["sweep"]["cells"][0]["budget"] + 1
+    with pytest.raises(ValueError, match=r"met_at .* must be at most the budget"):
+        validate_report(sweep, "sweep")
+    assert set(SCHEMAS) == {"run", "sweep", "parallel-decoding", "semantics", "rectangle-table", "compare", "history"}
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+            and p.name != ".lock"}
+
+
+def test_no_command_writes_over_another_jobs_results(outputs, tmp_path, capsys):
+    """compare, report and the jobs pointed at a folder holding other results: refused in one line naming what it
+    holds, before any work, the folder byte for byte as it was."""
+    kept = {name: _files(outputs / name) for name in ("run", "sweep", "compare", "history")}
+    refused = [
+        (["compare", str(outputs / "sweep"), str(outputs / "short-sweep"), "--out", str(outputs / "run")],
+         "holds the results of a run (report.json); a comparison never writes over"),
+        (["compare", str(outputs / "sweep"), str(outputs / "short-sweep"), "--out", str(outputs / "sweep"),
+          "--overwrite"], "holds the results of a sweep (report.json)"),
+        (["report", str(outputs / "fit" / "csv"), "--out", str(outputs / "compare")],
+         "holds the results of a comparison (compare.json)"),
+        (["sweep", "--config", "sweep-ising", "--out", str(outputs / "run"), "--overwrite"],
+         "holds the results of a run (report.json); a sweep never writes over"),
+        (["run", "--config", "antiberty-default", "--out", str(outputs / "history")],
+         "holds the results of a history report (history.json)"),
+        # the same job again: refused unless asked to replace it
+        (["compare", str(outputs / "sweep"), str(outputs / "short-sweep"), "--out", str(outputs / "compare")],
+         "holds the results of a comparison (compare.json); add --overwrite to replace it, or choose another"),
+        (["sweep", "--config", "sweep-ising", "--out", str(outputs / "sweep")],
+         "add --overwrite to replace it, --resume to continue it, or choose another --out"),
+    ]
+    for argv, said in refused:
+        assert main(argv) == 2, argv
+        error = capsys.readouterr().err.strip()
+        assert len(error.splitlines()) == 1 and said in error, error
+    assert {name: _files(outputs / name) for name in kept} == kept
+    # asked to: the comparison is replaced, and nothing else
+    assert main(["compare", str(outputs / "short-sweep"), str(outputs / "sweep"), "--out", str(outputs / "compare"),
+                 "--overwrite"]) == 0
+    assert json.loads((outputs / "compare" / "compare.json").read_text())["runs"] == ["short-sweep", "sweep"]
+    # an unfinished run (a checkpoint, no report) is kept too: --resume continues it, --overwrite starts again
+    (tmp_path / "checkpoint.pt").write_bytes(b"a checkpoint")
+    assert main(["run", "--config", "antiberty-default", "--out", str(tmp_path)]) == 2
+    assert "holds an unfinished run (checkpoint.pt); add --resume to continue it" in capsys.readouterr().err
+
+
+def test_a_report_written_before_schema_versions_reads_as_version_zero(tmp_path):
+    """The trimmed reports the docs ship carry no marker: they are read by their sections, and checked."""
+    docs = Path(__file__).resolve().parents[1] / "docs" / "data"
+    job, report = read_report(docs / "default-run.json", ("run", "sweep"))
+    assert job == "run" and "artifact" not in report and "start_sequences" not in report["chains"]
+    assert read_report(docs / "sweep-antiberty.json", ("run", "sweep"))[0] == "sweep"
+    report["chains"]["num_chains"] = 0.5
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    with pytest.raises(ValueError, match=r"chains.num_chains must be a valid integer.*before schema versions"):
+        read_report(tmp_path / "report.json", ("run",))
