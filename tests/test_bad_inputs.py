@@ -150,6 +150,9 @@ def fewer_steps(root: Path) -> list[str]:
 
 # (id, command, arguments or a setup(tmp_path) -> arguments, text the error must contain, needs antiberty)
 CLI_CASES = [
+    ("two parallel-decoding models under one name", "parallel-decoding",
+     ["--set", "models=[{name: toy, source: toy-compatible}, {name: toy, source: toy-incompatible}]"],
+     "models must have distinct names", False),
     ("record_every 0", "run", ["--set", "run.record_every=0"], "run.record_every", False),
     ("record_every negative", "run", ["--set", "run.record_every=-1"], "run.record_every", False),
     ("checkpoint_every negative", "run", ["--set", "run.checkpoint_every=-3"], "run.checkpoint_every", False),
@@ -517,7 +520,38 @@ LIBRARY_CASES = [
     ("HF callback with a tokenizer without mask", lambda: _hf_callback().build_denoiser(*_hf_model("no mask")),
      ValueError, r"the tokenizer \(BertTokenizer\) defines no mask token"),
     ("flat start tokens", lambda: TrapDetector(start_tokens=[1, 2, 3]), ValueError, "start_tokens"),
+    # one check of each argument, whichever entry point takes it
+    ("HF callback overhead 1.5", lambda: _hf_callback(overhead=1.5), ValueError, "overhead must be a fraction"),
+    ("HF callback overhead True", lambda: _hf_callback(overhead=True), ValueError, "overhead must be a fraction"),
+    ("Lightning callback overhead True", lambda: MixingDiagnostics(overhead=True), ValueError,
+     "overhead must be a fraction"),
+    ("keep(nan)", lambda: _profile().keep(math.nan), ValueError, r"target must be an error in \(0, 1\), got nan"),
+    ("keep(-0.5)", lambda: _profile().keep(-0.5), ValueError, "target must be an error in"),
+    ("keep('0.05')", lambda: _profile().keep("0.05"), ValueError, "target must be an error in"),
+    ("rule_outcome with a nan parameter", lambda: _profile().rule_outcome("threshold", math.nan), ValueError,
+     r"rule_outcome\(rule, parameter\): the rule must be one of"),
+    ("tokens of rank 1 with positions", lambda: _mrf().conditional_logits(torch.zeros(3, dtype=torch.long),
+                                                                          torch.tensor([1])),
+     ValueError, r"tokens must be an integer tensor of shape \[B, L\]"),
+    ("a diffusion LM on CUDA where there is none", lambda: _cuda_load(), ValueError,
+     "device is 'cuda' but no CUDA device is available"),
 ]
+
+
+def _profile():
+    from mlm_dynamics.diagnostics.parallel import confidence_profile
+
+    return confidence_profile(PairwiseMRFDenoiser.random(4, 3, generator=0), torch.zeros(2, 4, dtype=torch.long),
+                              torch.tensor([[0, 1, 2], [1, 2, 3]]), max_k=2, samples=4)
+
+
+def _cuda_load():
+    """The device is checked before any weight is read: the folder does not even exist."""
+    from mlm_dynamics.models.families import load_diffusion_lm
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    return load_diffusion_lm("/nonexistent/model", device="cuda")
 
 
 @pytest.mark.parametrize(("call", "error", "message"), [case[1:] for case in LIBRARY_CASES],

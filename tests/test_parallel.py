@@ -66,7 +66,7 @@ def test_independent_positions_and_single_commits_cost_nothing():
                 assert value.abs().max() < 1e-6  # the toy's logits are float32 (rounding ~1e-7)
     bert = tiny_bert()
     error = parallel_commit_error(bert, torch.randint(2, 8, (4, 6)), torch.tensor([[2]] * 4))
-    assert error.tv.abs().max() < 1e-12 and error.forward_rows == 4
+    assert error.tv.abs().max() < 1e-12 and error.forward_rows == 4 + 1  # + row 0 alone: rows independent
 
 
 def test_a_hard_pair_constraint_gives_its_closed_form():
@@ -138,7 +138,7 @@ def test_exact_error_equals_an_independent_enumeration_on_a_tiny_bert():
     tokens = torch.randint(2, 8, (2, 7), generator=torch.Generator().manual_seed(2))
     positions = torch.tensor([[1, 4, 5], [6, 0, 3]])
     error = parallel_commit_error(bert, tokens, positions, temperature=0.8, orders=1)
-    assert error.exact and error.forward_rows == 2 * 2 * (1 + 6 + 36) - 2  # the root is shared by both orders
+    assert error.exact and error.forward_rows == 2 * 2 * (1 + 6 + 36) - 2 + 1  # shared root; row 0 alone
     for b in range(2):
         seq = sequential_law_by_hand(bert, tokens[b], positions[b].tolist(), 0.8)
         back = sequential_law_by_hand(bert, tokens[b], positions[b].flip(0).tolist(), 0.8)

@@ -52,7 +52,7 @@ from torch import Tensor
 from typing_extensions import override
 
 from ..models.base import Denoiser
-from ..probes.base import Probe, ScheduledProbe, append_draws, check_every
+from ..probes.base import Probe, ScheduledProbe, append_draws, check_every, check_overhead
 from ..probes.keys import tensorboard_layout
 from ..report.figures import readable
 from ..report.writers import finite
@@ -119,6 +119,7 @@ class DiagnosticCallback(Callback):
                  weights: Callable[[LightningModule], AbstractContextManager[Any]] | None = None,
                  denoiser_attr: str = "denoiser", overhead: float | None = 0.05, strict: bool = False) -> None:
         check_every(every_n_train_steps, "every_n_train_steps")
+        check_overhead(overhead)
         self.probe = probe
         self.scheduled = ScheduledProbe(probe, every_n_steps=every_n_train_steps, at_validation=on_validation_end,
                                         at_predict=on_predict_end, start_tokens=start_tokens,

@@ -152,10 +152,14 @@ class _Tree:
     """The rows' sequential forwards: the law of the next position of an order given committed values."""
 
     def __init__(self, denoiser: Denoiser, tokens: Tensor, positions: Tensor, mask: Tensor | None, law: Law,
-                 chunk_size: int) -> None:
+                 chunk_size: int, *, check: bool = True) -> None:
         self.denoiser, self.tokens, self.positions, self.mask = denoiser, tokens, positions, mask
         self.law, self.chunk_size, self.rows = law, chunk_size, 0
-        self.root = law(self._logits(tokens, positions, mask))  # [B, K, V], all of S masked: the parallel marginals
+        logits = self._logits(tokens, positions, mask)
+        if check:  # once per call: the rows of its other trees are these rows
+            check_rows_independent(denoiser, tokens, positions, mask, logits)
+            self.rows += 1 if tokens.shape[0] > 1 else 0
+        self.root = law(logits)  # [B, K, V], all of S masked: the parallel marginals
 
     def head(self, n: int) -> _Tree:
         """The tree of the first ``n`` positions, sharing this one's root (no forward; its ``rows`` start at 0)."""
@@ -185,6 +189,22 @@ class _Tree:
         filled = self.tokens[rows].scatter(1, self.positions[rows][:, cols[:k]], values)
         mask = None if self.mask is None else self.mask[rows]
         return self.law(self._logits(filled, self.positions[rows][:, cols[k:]], mask))[:, 0]
+
+
+def check_rows_independent(denoiser: Denoiser, tokens: Tensor, positions: Tensor, mask: Tensor | None,
+                           logits: Tensor, tolerance: float = 1e-3) -> None:
+    """A ValueError when the batch's first row, computed alone, differs from its value in the batch ``logits
+    [B, K, V]`` by more than ``tolerance`` in log-probability: a model whose rows depend on each other (attention or
+    normalisation across the batch) gives no row a law of its own, so no error of it is any sequence's. Float
+    rounding between batch sizes stays near 1e-6, far below. Cost: one forward row (none for one row)."""
+    if tokens.shape[0] < 2:
+        return
+    alone = denoiser.conditional_logits(tokens[:1], positions[:1], None if mask is None else mask[:1]).double()
+    gap = float((alone[0].log_softmax(-1) - logits[0].log_softmax(-1)).abs().nan_to_num(0.0).max())
+    if gap > tolerance:
+        raise ValueError(f"denoiser: its conditionals for a row depend on the other rows of the batch (row 0 alone "
+                         f"differs from row 0 in a batch of {tokens.shape[0]} by {gap:.3g} in log-probability): "
+                         "its errors would be of no sequence's law; measure a model whose rows are independent")
 
 
 def _orders(k: int, orders: int, generator: torch.Generator) -> list[list[int]]:
@@ -335,7 +355,8 @@ def parallel_commit_error(denoiser: Denoiser, tokens: Tensor, positions: Tensor,
     orders compared for the spread (the reversed order first). The values at ``positions`` in ``tokens`` are
     ignored (masked). ``top_m``: also the influence estimate of the set (:attr:`ParallelCommitError.first_order`),
     sharing the root forward. Cost: exact ``B (1 + A + ... + A^(K-1))`` forward rows per order; Monte Carlo
-    ``B (1 + samples (K - 1) (1 + orders))``; with ``top_m``, ``B K top_m`` more.
+    ``B (1 + samples (K - 1) (1 + orders))``; with ``top_m``, ``B K top_m`` more; one more row for ``B > 1`` (the
+    batch's first row alone: a model whose rows depend on each other is refused, :func:`check_rows_independent`).
 
     Examples:
         Two positions of an independent model: committing them together is exact (error 0, up to the toy's float32
@@ -571,7 +592,8 @@ class ConfidenceProfile:
     def rule_outcome(self, rule: str, parameter: float) -> dict[str, Tensor]:
         """Per row: ``k`` committed (capped at ``max_k``; ``capped`` where the rule wanted more), its measured
         ``tv`` and interval, its ``certificate``, and ``violated``: the error exceeds the certificate for sure
-        (``tv_low > certificate``)."""
+        (``tv_low > certificate``). A ValueError naming ``rule``/``parameter`` as :func:`check_rules` does."""
+        ((rule, parameter),) = check_rules([(rule, parameter)], "rule_outcome(rule, parameter)")
         wanted = rule_commit_count(self.confidence, rule, parameter)
         k = wanted.clamp_max(self.max_k)
         index = (k - 1)[:, None]
@@ -584,7 +606,8 @@ class ConfidenceProfile:
     def keep(self, target: float) -> tuple[Tensor, Tensor]:
         """``(k [B], threshold [B])``: the largest ``n <= max_k`` whose top-``n`` sets, and every smaller one, have an
         error below ``target`` for sure (``tv_high <= target``), and the confidence threshold that commits exactly
-        them (the ``n``-th confidence)."""
+        them (the ``n``-th confidence). A ValueError naming ``target`` unless it is an error in (0, 1)."""
+        (target,) = check_targets([target], "target")
         ok = (self.tv_high <= target).long().cumprod(1)
         k = ok.sum(1).clamp_min(1)
         return k, self.confidence.gather(1, (k - 1)[:, None])[:, 0]
@@ -613,22 +636,24 @@ class ConfidenceProfile:
         return out
 
 
-def check_rules(rules: Sequence[tuple[str, float]]) -> tuple[tuple[str, float], ...]:
-    """``rules`` as ``((rule, parameter), ...)``, or a ValueError naming ``rules``."""
+def check_rules(rules: Sequence[tuple[str, float]], name: str = "rules") -> tuple[tuple[str, float], ...]:
+    """``rules`` as ``((rule, parameter), ...)``, or a ValueError naming ``name`` (nan is no parameter)."""
     checked = []
     for item in rules:
         if (not isinstance(item, (tuple, list)) or len(item) != 2 or item[0] not in RULES
                 or isinstance(item[1], bool) or not isinstance(item[1], (int, float)) or not item[1] > 0):
-            raise ValueError(f"rules must be (rule, parameter) pairs with rule in {RULES} and a parameter > 0, got "
-                             f"{item!r}")
+            raise ValueError(f"{name} must be (rule, parameter) pairs with rule in {RULES} and a parameter > 0, got "
+                             f"{item!r}" if name == "rules" else f"{name}: the rule must be one of {RULES} and its "
+                             f"parameter a number > 0, got {item!r}")
         checked.append((str(item[0]), float(item[1])))
     return tuple(checked)
 
 
-def check_targets(targets: Sequence[float]) -> tuple[float, ...]:
-    """``targets`` as floats, or a ValueError naming them unless each is an error in (0, 1)."""
+def check_targets(targets: Sequence[float], name: str = "targets") -> tuple[float, ...]:
+    """``targets`` as floats, or a ValueError naming ``name`` unless each is an error in (0, 1) (nan is not)."""
     if any(isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < 1 for t in targets):
-        raise ValueError(f"targets must be errors in (0, 1), got {list(targets)!r}")
+        shown = targets[0] if name == "target" else list(targets)
+        raise ValueError(f"{name} must be {'an error' if name == 'target' else 'errors'} in (0, 1), got {shown!r}")
     return tuple(float(t) for t in targets)
 
 
@@ -689,7 +714,8 @@ def confidence_profile(denoiser: Denoiser, tokens: Tensor, candidates: Tensor, *
     for n in range(2, max_k + 1):
         # with a mask id every candidate is masked in the tokens, so the top n share the profile's root forward; a
         # toy field without one gives each set its own block marginals
-        head = tree.head(n) if shared else _Tree(denoiser, tokens.long(), tree.positions[:, :n], mask, law, 256)
+        head = tree.head(n) if shared else _Tree(denoiser, tokens.long(), tree.positions[:, :n], mask, law, 256,
+                                                 check=False)
         error = _commit_error(head, orders=0, samples=samples, level=level,
                               max_rows=max_rows if max_rows is not None else 1 + samples * (n - 1), method=method,
                               generator=as_generator(generator, "confidence_profile", n, device=device))
@@ -710,6 +736,7 @@ __all__ = [
     "FirstOrderError",
     "ParallelCommitError",
     "check_commit_positions",
+    "check_rows_independent",
     "check_rules",
     "confidence_profile",
     "confidences",

@@ -23,6 +23,7 @@ import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException, ValidationError
 
+from ..models.base import available_device
 from ..sampling.glauber import SCAN_ORDERS
 from ..sampling.grid import START_KINDS
 
@@ -48,18 +49,12 @@ def check_seed(key: str, seed: int) -> None:
 
 
 def check_device(key: str, device: str) -> torch.device:
-    """``torch.device(device)``, or a :class:`ConfigError` if it does not parse or is not present here."""
+    """``torch.device(device)``, or a :class:`ConfigError` if it does not parse or is not present here
+    (:func:`~mlm_dynamics.models.base.available_device`)."""
     try:
-        parsed = torch.device(device)
-    except (RuntimeError, TypeError) as error:
-        raise ConfigError(f"{key} must be a torch device such as 'cpu' or 'cuda:0', got {device!r}") from error
-    if parsed.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"{key} is {device!r} but no CUDA device is available on this machine")
-    if parsed.type == "cuda" and parsed.index is not None and parsed.index >= torch.cuda.device_count():
-        raise ConfigError(f"{key} is {device!r} but only {torch.cuda.device_count()} CUDA devices exist")
-    if parsed.type == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError(f"{key} is {device!r} but MPS is not available on this machine")
-    return parsed
+        return available_device(device, key)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
 
 
 def _positive_temperatures(key: str, values: Sequence[float]) -> None:

@@ -76,6 +76,9 @@ class ParallelDecodingConfig:
     def validate(self) -> None:
         """Raise :class:`ConfigError` naming the first bad key."""
         require(len(self.models) > 0, "models", "be a non-empty list", self.models)
+        names = [model.name for model in self.models]
+        require(len(set(names)) == len(names), "models", "have distinct names (each is one series of the figures)",
+                names)
         for k, model in enumerate(self.models):
             require(model.source in SOURCES, f"models[{k}].source", f"be one of {list(SOURCES)}", model.source)
             if model.source in MODEL_SOURCES:

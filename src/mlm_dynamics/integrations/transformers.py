@@ -53,7 +53,7 @@ from .._io import atomic_write
 from ..models.base import Denoiser
 from ..models.families import denoiser_for, detect_family, is_masked_lm
 from ..models.huggingface import MaskedLMDenoiser
-from ..probes.base import Probe, ScheduledProbe, append_draws, check_every
+from ..probes.base import Probe, ScheduledProbe, append_draws, check_every, check_overhead
 from ..probes.mixing import MeetingTimeProbe, RectangleProbe
 from ..report.writers import finite
 
@@ -114,6 +114,7 @@ class DiagnosticsCallback(TrainerCallback):
             raise ValueError(f"probes must be Probe objects (mlm_dynamics.probes: MeetingTimeProbe(), "
                              f"RectangleProbe(), ...), got {wrong!r}")
         check_every(every_n_steps, "every_n_steps")
+        check_overhead(overhead)  # before it is shared out among the probes
         groups = [probe.group for probe in chosen]
         if len(set(groups)) != len(groups):
             raise ValueError(f"probes: two probes log under one group ({groups}); give one a prefix in another "

@@ -14,6 +14,12 @@ Everything in :mod:`mlm_dynamics` (sampler, coupling, rectangle test, influence,
 through :meth:`Denoiser.conditional_logits` and :class:`VocabInfo`. That one door also keeps time: under
 :func:`forward_deadline` it counts the forward rows and refuses the next forward pass once the deadline has passed
 (:class:`OutOfTime`), which is how a scheduled run is held to its budget.
+
+A conditional is a law only in eval mode: with dropout on, the same call gives two answers, and batch norm makes a
+row's answer depend on the other rows. A measurement (any call with gradients off, which every diagnostic makes) of
+a model with dropout or batch norm left in train mode runs in eval mode and gives every module its own mode back
+afterwards (:func:`evaluating`), with one warning per denoiser; a call with gradients on (a training loss) is left as
+the caller set it.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import abc
 import math
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -166,6 +173,37 @@ def count_forward(tokens: Tensor) -> None:
         meter.calls += 1
 
 
+def available_device(device: str | torch.device, name: str = "device") -> torch.device:
+    """``torch.device(device)``, or a ValueError naming ``name`` if it does not parse or is not present on this
+    machine: what every loader checks before it reads a weight."""
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"{name} must be a torch device such as 'cpu' or 'cuda:0', got {device!r}") from None
+    if parsed.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"{name} is {str(device)!r} but no CUDA device is available on this machine")
+    if parsed.type == "cuda" and parsed.index is not None and parsed.index >= torch.cuda.device_count():
+        raise ValueError(f"{name} is {str(device)!r} but only {torch.cuda.device_count()} CUDA devices exist")
+    if parsed.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"{name} is {str(device)!r} but MPS is not available on this machine")
+    return parsed
+
+
+@contextmanager
+def evaluating(*modules: nn.Module) -> Iterator[None]:
+    """Every module under ``modules`` in eval mode inside; on exit, whatever happened, each one's ``training`` flag
+    as it was (a part kept in eval mode stays so, the rest goes back to train mode). Cost: one pass over the
+    modules each way."""
+    modes = [(module, module.training) for root in modules for module in root.modules()]
+    try:
+        for root in modules:
+            root.eval()
+        yield
+    finally:
+        for module, training in modes:
+            module.training = training
+
+
 class Denoiser(nn.Module, abc.ABC):
     """Base class: validated access to masked conditionals.
 
@@ -204,7 +242,8 @@ class Denoiser(nn.Module, abc.ABC):
         Raises:
             OutOfTime: under :func:`forward_deadline`, once its deadline has passed (before the forward pass).
 
-        Under :func:`metering` the pass is counted (rows, tokens, one call) before it runs.
+        Under :func:`metering` the pass is counted (rows, tokens, one call) before it runs. With gradients off, a
+        model in train mode is measured in eval mode and left in its own modes (the module docstring).
         """
         limit = _DEADLINE.get()
         if limit is not None:
@@ -216,14 +255,20 @@ class Denoiser(nn.Module, abc.ABC):
         mask = check_attention_mask(attention_mask, tokens)
         if mask is not None and not bool(mask.gather(1, positions).all()):
             raise ValueError("positions: a position to resample is padding (attention_mask 0 there)")
-        if mask is None:
-            logits = self._masked_logits(tokens, positions)
-        elif self.takes_attention_mask:
-            logits = self._masked_logits(tokens, positions, attention_mask=mask)  # type: ignore[call-arg]
-        else:
+        if mask is not None and not self.takes_attention_mask:
             raise ValueError(f"attention_mask: {type(self).__name__} cannot exclude padding from its model's "
                              "attention; pass rows without padding, or use a denoiser whose model takes masks "
                              "(MaskedLMDenoiser, FullSequenceDenoiser with attention=)")
+        extra = {} if mask is None else {"attention_mask": mask}
+        if not torch.is_grad_enabled() and any(module.training for module in self._random_in_training()):
+            if not getattr(self, "_warned_train_mode", False):
+                self._warned_train_mode = True
+                warnings.warn(f"{type(self).__name__}: the model is in train mode (dropout on, so its conditionals "
+                              "are not a law); measured in eval mode, its modes left as they were", stacklevel=2)
+            with evaluating(self):
+                logits = self._masked_logits(tokens, positions, **extra)
+        else:
+            logits = self._masked_logits(tokens, positions, **extra)
         expected = (tokens.shape[0], positions.shape[1], self.vocab.size)
         if tuple(logits.shape) != expected:
             raise RuntimeError(f"{type(self).__name__} returned logits of shape {tuple(logits.shape)}, "
@@ -233,6 +278,16 @@ class Denoiser(nn.Module, abc.ABC):
             bad = broken.any(-1).nonzero()[:5].tolist()
             raise FloatingPointError(f"{type(self).__name__} produced NaN/+inf logits at (row, slot) {bad}")
         return logits
+
+    def _random_in_training(self) -> list[nn.Module]:
+        """The modules whose output is random or batch-dependent in train mode (dropout with ``p > 0``, batch
+        norm), found once; none for a model without them, so a measurement of such a model never switches modes."""
+        found = self.__dict__.get("_random_modules")
+        if found is None:
+            found = [module for module in self.modules() if isinstance(module, nn.modules.batchnorm._BatchNorm)
+                     or (isinstance(module, nn.modules.dropout._DropoutNd) and module.p > 0)]
+            self.__dict__["_random_modules"] = found
+        return found
 
     def chunked_conditional_logits(self, tokens: Tensor, positions: Tensor, chunk_size: int = 256,
                                    attention_mask: Tensor | None = None) -> Tensor:
@@ -320,5 +375,5 @@ def mask_positions(tokens: Tensor, positions: Tensor, mask_id: int) -> Tensor:
     return tokens.scatter(1, positions, mask_id)
 
 
-__all__ = ["Denoiser", "Meter", "VocabInfo", "check_attention_mask", "count_forward", "mask_positions", "metering",
-           "require_integer"]
+__all__ = ["Denoiser", "Meter", "VocabInfo", "available_device", "check_attention_mask", "count_forward", "evaluating",
+           "mask_positions", "metering", "require_integer"]

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .base import Denoiser, VocabInfo
+from .base import Denoiser, VocabInfo, available_device
 from .full_sequence import FullSequenceDenoiser, loglinear_sigma, masked_fraction
 
 
@@ -124,15 +124,33 @@ def options_text() -> str:
 
 def family_mask_id(family: Family, model: Any, tokenizer: Any = None) -> int:
     """The id ``family`` writes into masked positions, from the model's config (or the tokenizer, or the published
-    default); a ValueError naming ``mask_id`` when none is known."""
+    default); a ValueError naming ``mask_id`` when none is known, when the config and the tokenizer name different
+    mask ids, or when the mask id is also the padding or end-of-sequence id (a masked position could not be told from
+    padding or an ending): pass ``mask_id=`` where you know the right one."""
     config = getattr(model, "config", None)
     if family.mask_id == "last":
         return vocabulary_size(model) - 1
-    for value in (getattr(config, "mask_token_id", None), getattr(tokenizer, "mask_token_id", None),
-                  family.default_mask_id):
+    declared = getattr(config, "mask_token_id", None)
+    told = getattr(tokenizer, "mask_token_id", None)
+    if declared is not None and told is not None and int(declared) != int(told):
+        raise ValueError(f"mask_id: the {family.name} model's config.mask_token_id {declared} disagrees with its "
+                         f"tokenizer's mask token {getattr(tokenizer, 'mask_token', None)!r} = {told}; pass mask_id= "
+                         "with the id the model was trained with")
+    for value in (declared, told, family.default_mask_id):
         if value is not None:
-            return int(value)
-    raise ValueError(f"mask_id: the {family.name} model defines no mask token; pass mask_id=")
+            mask = int(value)
+            break
+    else:
+        raise ValueError(f"mask_id: the {family.name} model defines no mask token; pass mask_id=")
+    for source, owner in (("config", config), ("tokenizer", tokenizer)):
+        for name in ("pad_token_id", "eos_token_id"):
+            other = getattr(owner, name, None)
+            if isinstance(other, int) and not isinstance(other, bool) and other == mask:
+                raise ValueError(f"mask_id: the {family.name} model's mask id {mask} is also its {source}'s "
+                                 f"{name} {other}: a masked position could not be told from "
+                                 f"{'padding' if name == 'pad_token_id' else 'an ending'}; pass mask_id= with the id "
+                                 "the model was trained with")
+    return mask
 
 
 def vocabulary_size(model: Any) -> int:
@@ -297,6 +315,7 @@ def load_diffusion_lm(name_or_path: str, *, trust_remote_code: bool = False, fam
 
     from .huggingface import load_model, locate_pretrained
 
+    available_device(device)
     source, local_only = locate_pretrained(name_or_path)
     try:
         config = AutoConfig.from_pretrained(source, local_files_only=local_only, trust_remote_code=trust_remote_code)

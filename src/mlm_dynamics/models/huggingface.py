@@ -11,9 +11,9 @@ from typing import Any
 from urllib.parse import urlparse
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-from .base import Denoiser, VocabInfo, mask_positions
+from .base import Denoiser, VocabInfo, available_device, mask_positions
 
 Head = Callable[[Tensor], Tensor]
 
@@ -233,6 +233,7 @@ class MaskedLMDenoiser(Denoiser):
         """
         from transformers import AutoModelForMaskedLM
 
+        available_device(device)
         model = load_model(AutoModelForMaskedLM, name_or_path, dtype=dtype)
         tokenizer = load_tokenizer(name_or_path)
         denoiser = cls(model.eval(), tokenizer=tokenizer).to(device)
@@ -271,16 +272,56 @@ def load_model(auto_class: Any, name_or_path: str, *, dtype: torch.dtype | None 
     if dtype is not None:
         options.update(dtype_argument(dtype))
     try:
-        return auto_class.from_pretrained(source, local_files_only=local_only, **options)
+        model, info = auto_class.from_pretrained(source, local_files_only=local_only, output_loading_info=True,
+                                                 **options)
     except SafetensorError as error:
         raise ValueError(f"model {name_or_path!r}: its safetensors weights are damaged ({error})") from None
     except (pickle.UnpicklingError, RuntimeError) as error:
+        if "ignore_mismatched_sizes" in str(error) or "size mismatch" in str(error):
+            raise ValueError(f"model {name_or_path!r} is not the model its weights hold: tensors of its weights have "
+                             "other shapes than its config.json builds; put the matching files in the folder") from None
         if not isinstance(error, pickle.UnpicklingError) and "weights_only" not in str(error).lower():
             raise
         raise ValueError(f"model {name_or_path!r} holds pickled weights (pytorch_model.bin), which are not loaded "
                          "because unpickling can run code; save them as safetensors where you trust them") from None
     except OSError as error:
         raise FileNotFoundError(f"model {name_or_path!r} could not be loaded: {error}") from None
+    check_loaded_weights(model, info, name_or_path)
+    return model
+
+
+def check_loaded_weights(model: nn.Module, info: dict[str, Any], name_or_path: str) -> None:
+    """A ValueError naming the folder when the loader's report (``output_loading_info``) shows a model that is not
+    the one its weights hold: parameters missing from the checkpoint (initialised at random), of another shape, or
+    checkpoint tensors that belong to a module the model has (a layer beyond its depth, a parameter of another
+    name). Unused tensors of heads the model does not have (a pretraining checkpoint's pooler or extra heads) are
+    fine: every parameter of the model still comes from the checkpoint."""
+    missing, mismatched = sorted(info.get("missing_keys") or ()), list(info.get("mismatched_keys") or ())
+    misplaced = sorted(key for key in info.get("unexpected_keys") or () if _belongs_to(model, key))
+    shapes = [str(m[0]) if isinstance(m, tuple) else str(m) for m in mismatched]
+    problems = [(missing, "missing from its weights (they would be initialised at random)"),
+                (shapes, "of another shape in its weights"),
+                (misplaced, "in its weights but not in the model its config builds (a layer beyond its depth, or "
+                            "another layout)")]
+    found = [f"{len(keys)} parameters {what} ({', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''})"
+             for keys, what in problems if keys]
+    if found:
+        raise ValueError(f"model {name_or_path!r} is not the model its weights hold: {'; '.join(found)}. Its "
+                         "config.json and weights belong to different models; put the matching files in the folder")
+
+
+def _belongs_to(model: nn.Module, key: str) -> bool:
+    """Whether a checkpoint tensor named ``key`` falls inside a module the model has: its parent module exists, or
+    it indexes a module list beyond its length."""
+    module = model
+    for part in key.split(".")[:-1]:
+        if isinstance(module, (nn.ModuleList, nn.Sequential)) and part.isdigit() and int(part) >= len(module):
+            return True
+        child = module._modules.get(part)
+        if child is None:
+            return False
+        module = child
+    return True
 
 
 def _warn_full_logits(model_type: str, reason: str) -> None:
@@ -341,6 +382,5 @@ class TextCodec:
         return str(self.tokenizer.decode(list(ids), skip_special_tokens=True))
 
 
-__all__ = ["HEAD_ONLY_FAMILIES", "Head", "MaskedLMDenoiser", "TextCodec", "dtype_argument", "load_model",
-           "load_tokenizer",
-           "locate_pretrained", "tokenizer_ids"]
+__all__ = ["HEAD_ONLY_FAMILIES", "Head", "MaskedLMDenoiser", "TextCodec", "check_loaded_weights", "dtype_argument",
+           "load_model", "load_tokenizer", "locate_pretrained", "tokenizer_ids"]

@@ -11,10 +11,12 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from .huggingface import MaskedLMDenoiser, TextCodec, dtype_argument
+from .base import available_device
+from .huggingface import MaskedLMDenoiser, TextCodec, check_loaded_weights, dtype_argument
 
 AMINO_ACIDS = "ACDEFGHIKLMNPQRSTVWY"
 
@@ -79,15 +81,19 @@ def load_antiberty(device: str | torch.device = "cpu", dtype: torch.dtype = torc
     from transformers import BertForMaskedLM
     from transformers.utils import logging as hf_logging
 
+    available_device(device)
     verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()  # the checkpoint's species/chain/graft heads are expected leftovers
     hf_logging.disable_progress_bar()
     try:
-        model = BertForMaskedLM.from_pretrained(str(antiberty_weights_dir()), **dtype_argument(dtype))
+        loaded: Any = BertForMaskedLM.from_pretrained(str(antiberty_weights_dir()), output_loading_info=True,
+                                                      **dtype_argument(dtype))
+        model, info = loaded
     finally:
         hf_logging.set_verbosity(verbosity)
         if bars:
             hf_logging.enable_progress_bar()
+    check_loaded_weights(model, info, str(antiberty_weights_dir()))
     if num_layers is not None:
         if not 1 <= num_layers <= len(model.bert.encoder.layer):
             raise ValueError(f"num_layers must be in [1, {len(model.bert.encoder.layer)}], got {num_layers}")

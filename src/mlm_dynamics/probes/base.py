@@ -165,6 +165,15 @@ def check_every(value: object, name: str) -> None:
         raise ValueError(f"{name} must be an integer >= 1 (run every N optimizer steps) or None, got {value!r}")
 
 
+def check_overhead(value: object) -> None:
+    """A ValueError naming ``overhead`` unless ``value`` is ``None`` (no cap) or a fraction in (0, 1] of the loop's
+    time: the one check every entry point (the Lightning callbacks, the HF callback, :class:`ScheduledProbe`) makes
+    before it shares the budget out."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                              or not 0 < value <= 1):
+        raise ValueError(f"overhead must be a fraction in (0, 1] of the loop's time, or None (no cap), got {value!r}")
+
+
 class _SharedClock:
     """The seconds every :class:`ScheduledProbe` of this process has spent on diagnostics: each probe's loop clock
     leaves them out, so one probe's run (or setup, or an adapter's logging) never counts as the loop's time of
@@ -229,10 +238,7 @@ class ScheduledProbe:
                  budget_seconds: float | None = None, seed: int = 0, prefix: str = "",
                  weights: Weights | None = None, overhead: float | None = 0.05, strict: bool = False) -> None:
         check_every(every_n_steps, "every_n_steps")
-        if overhead is not None and (isinstance(overhead, bool) or not isinstance(overhead, (int, float))
-                                     or not 0 < overhead <= 1):
-            raise ValueError(f"overhead must be a fraction in (0, 1] of the loop's time, or None (no cap), got "
-                             f"{overhead!r}")
+        check_overhead(overhead)
         if isinstance(num_starts, bool) or not isinstance(num_starts, int) or num_starts < 1:
             raise ValueError(f"num_starts must be an integer >= 1, got {num_starts!r}")
         if budget_seconds is not None and not budget_seconds > 0:
@@ -713,4 +719,4 @@ def _max_over_ranks(seconds: float) -> float:
 
 
 __all__ = ["FAILURES", "SCHEDULE_KEYS", "STAGES", "MetricKey", "Probe", "ScheduledProbe", "WeightsNotRestored",
-           "check_every", "cost_line", "failure_message"]
+           "check_every", "check_overhead", "cost_line", "failure_message"]

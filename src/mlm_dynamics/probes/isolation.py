@@ -22,21 +22,16 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor, nn
 
+from ..models.base import evaluating
+
 
 @contextmanager
 def isolated(*modules: nn.Module, device: torch.device) -> Iterator[None]:
     """Eval mode and no gradients inside; modes and the global random state (CPU, and ``device`` if CUDA) restored
     on exit. See the module docstring."""
-    modes = [(module, module.training) for root in modules for module in root.modules()]
     cuda = [device.index if device.index is not None else torch.cuda.current_device()] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=cuda), torch.no_grad():
-        try:
-            for root in modules:
-                root.eval()
-            yield
-        finally:
-            for module, training in modes:
-                module.training = training
+    with torch.random.fork_rng(devices=cuda), torch.no_grad(), evaluating(*modules):
+        yield
 
 
 @torch.no_grad()

@@ -1,0 +1,125 @@
+"""No model is measured that is not the one named: weights that do not fit the config are refused, a mask id that is
+also padding or disagrees with the tokenizer is refused, a model left in train mode is measured as a law without its
+modes changing, and a model whose rows depend on each other is refused."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import warnings
+
+import pytest
+import torch
+from transformers import AutoModelForMaskedLM, BertConfig, BertForMaskedLM, RobertaConfig, RobertaForMaskedLM
+
+from family_models import build
+from mlm_dynamics import PairwiseMRFDenoiser
+from mlm_dynamics.diagnostics.parallel import parallel_commit_error
+from mlm_dynamics.models.families import load_diffusion_lm
+from mlm_dynamics.models.huggingface import load_model
+from mlm_dynamics.training.masked_lm import tiny_bert_denoiser
+
+SIZES = dict(vocab_size=30, hidden_size=16, num_attention_heads=2, intermediate_size=16)
+
+
+@pytest.mark.parametrize(("saved", "config", "said"), [
+    (RobertaForMaskedLM(RobertaConfig(num_hidden_layers=1, **SIZES)), BertConfig(num_hidden_layers=1, **SIZES),
+     "parameters missing from its weights (they would be initialised at random)"),
+    (BertForMaskedLM(BertConfig(num_hidden_layers=2, **SIZES)), BertConfig(num_hidden_layers=1, **SIZES),
+     "in its weights but not in the model its config builds (a layer beyond its depth"),
+    (BertForMaskedLM(BertConfig(num_hidden_layers=1, **SIZES)), BertConfig(num_hidden_layers=1,
+                                                                          **{**SIZES, "intermediate_size": 32}),
+     "tensors of its weights have other shapes"),
+])
+def test_weights_of_another_model_are_refused_naming_the_folder(tmp_path, saved, config, said):
+    saved.save_pretrained(tmp_path)
+    config.save_pretrained(tmp_path)  # the config of another model beside these weights
+    with pytest.raises(ValueError, match=rf"model '{tmp_path}' is not the model its weights hold: .*{re.escape(said)}"):
+        load_model(AutoModelForMaskedLM, str(tmp_path))
+
+
+def test_a_checkpoint_with_extra_heads_loads_and_a_matching_one_is_untouched(tmp_path):
+    """AntiBERTy's weights carry a pooler and three classification heads its masked LM does not have: fine, every
+    parameter of the model still comes from them."""
+    from mlm_dynamics.models.pretrained import antiberty_weights_dir
+
+    model = load_model(AutoModelForMaskedLM, str(antiberty_weights_dir()))
+    assert type(model).__name__ == "BertForMaskedLM"
+    original = BertForMaskedLM(BertConfig(num_hidden_layers=1, **SIZES))
+    original.save_pretrained(tmp_path)
+    loaded = load_model(AutoModelForMaskedLM, str(tmp_path))
+    assert all(torch.equal(a, b) for a, b in zip(original.state_dict().values(), loaded.state_dict().values(),
+                                                 strict=True))
+
+
+def test_a_diffusion_lm_folder_holding_another_familys_weights_is_refused(tmp_path):
+    llada, dream = build.write("llada", tmp_path / "a"), build.write("dream", tmp_path / "b")
+    shutil.copy(dream / "model.safetensors", llada / "model.safetensors")
+    with pytest.raises(ValueError, match="is not the model its weights hold"):
+        load_diffusion_lm(str(llada), trust_remote_code=True)
+
+
+@pytest.mark.parametrize(("family", "mask", "said"), [
+    ("dream", 5, r"config.mask_token_id 5 disagrees with its tokenizer's mask token '<mask>' = 39"),
+    ("llada", 2, r"mask id 2 is also its config's pad_token_id 2: a masked position could not be told from padding"),
+])
+def test_a_mask_id_that_is_padding_or_disagrees_with_the_tokenizer_is_refused(tmp_path, family, mask, said):
+    folder = build.write(family, tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "mask_token_id": mask}))
+    with pytest.raises(ValueError, match=said):
+        load_diffusion_lm(str(folder), trust_remote_code=True)
+    denoiser, _ = load_diffusion_lm(str(folder), trust_remote_code=True, mask_id=build.MASK_ID)  # the way out
+    assert denoiser.vocab.mask_id == build.MASK_ID
+
+
+def test_a_model_in_train_mode_is_measured_as_a_law_and_keeps_its_modes():
+    """Dropout on, the same exact error twice would differ; measured in eval mode, it is one number, the one the
+    model in eval mode gives, and every module's mode is as the caller left it (one part kept in eval stays so)."""
+    denoiser = tiny_bert_denoiser(generator=3)
+    denoiser.model.config.hidden_dropout_prob = 0.5
+    for module in denoiser.model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.5
+    denoiser.model.bert.embeddings.eval()  # a part the caller keeps in eval mode
+    modes = [module.training for module in denoiser.modules()]
+    tokens = torch.randint(4, 24, (3, 8), generator=torch.Generator().manual_seed(0))
+    positions = torch.tensor([[1, 2], [3, 5], [0, 7]])
+    with pytest.warns(UserWarning, match="in train mode .* measured in eval mode"):
+        first = parallel_commit_error(denoiser, tokens, positions)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per denoiser
+        second = parallel_commit_error(denoiser, tokens, positions)
+    assert torch.equal(first.tv, second.tv)
+    assert [module.training for module in denoiser.modules()] == modes
+    denoiser.eval()
+    assert torch.allclose(parallel_commit_error(denoiser, tokens, positions).tv, first.tv, atol=1e-12)
+    # with dropout on (the switch turned off) the conditionals are no law: the property is not vacuous, and the
+    # rows check catches it too (row 0 alone draws another dropout mask)
+    denoiser.train()
+    denoiser.__dict__["_random_modules"] = []
+    with pytest.raises(ValueError, match="depend on the other rows"):
+        parallel_commit_error(denoiser, tokens, positions)
+
+
+class _BatchCoupled(PairwiseMRFDenoiser):
+    """A toy field whose logits are shifted by the mean of the batch's tokens: rows that depend on each other."""
+
+    def _masked_logits(self, tokens, positions):
+        logits = super()._masked_logits(tokens, positions)
+        return logits + tokens.double().mean() * torch.arange(logits.shape[-1], dtype=logits.dtype)
+
+
+def test_a_model_whose_rows_depend_on_each_other_is_refused_at_the_cost_of_one_row():
+    generator = torch.Generator().manual_seed(1)
+    fields, couplings = torch.randn(4, 3, generator=generator), torch.randn(4, 4, 3, 3, generator=generator)
+    tokens = torch.tensor([[0, 1, 2, 0], [2, 2, 1, 1], [1, 0, 0, 2]])
+    positions = torch.tensor([[0, 2], [1, 3], [0, 1]])
+    with pytest.raises(ValueError, match="depend on the other rows of the batch"):
+        parallel_commit_error(_BatchCoupled(fields, couplings), tokens, positions)
+    independent = parallel_commit_error(PairwiseMRFDenoiser(fields, couplings), tokens, positions)
+    alone = [parallel_commit_error(PairwiseMRFDenoiser(fields, couplings), tokens[k:k + 1], positions[k:k + 1])
+             for k in range(3)]
+    assert torch.allclose(independent.tv, torch.cat([a.tv for a in alone]), atol=1e-12)
+    assert independent.forward_rows == sum(a.forward_rows for a in alone) + 1  # the check's one row
