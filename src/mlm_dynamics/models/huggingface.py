@@ -224,17 +224,19 @@ class MaskedLMDenoiser(Denoiser):
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, *, device: str | torch.device = "cpu",
-                        dtype: torch.dtype = torch.float32) -> tuple[MaskedLMDenoiser, TextCodec]:
+                        dtype: torch.dtype = torch.float32, new_head: bool = False
+                        ) -> tuple[MaskedLMDenoiser, TextCodec]:
         """Load ``AutoModelForMaskedLM`` and ``AutoTokenizer`` from a hub name or local directory, for standalone
         analysis (the model is new and put in eval mode; to measure a model being trained, wrap that model).
 
         Never proposed: the tokenizer's special tokens and BERT-style placeholder tokens ``[unusedN]``.
-        Every loading problem is one error naming the model and what is wrong (:func:`load_model`).
+        Every loading problem is one error naming the model and what is wrong (:func:`load_model`): weights without
+        the masked-LM head are refused unless ``new_head=True`` (an encoder to fine-tune; a warning says so).
         """
         from transformers import AutoModelForMaskedLM
 
         available_device(device)
-        model = load_model(AutoModelForMaskedLM, name_or_path, dtype=dtype)
+        model = load_model(AutoModelForMaskedLM, name_or_path, dtype=dtype, new_head=new_head)
         tokenizer = load_tokenizer(name_or_path)
         denoiser = cls(model.eval(), tokenizer=tokenizer).to(device)
         return denoiser, TextCodec(tokenizer)
@@ -249,11 +251,14 @@ def dtype_argument(dtype: torch.dtype) -> dict[str, Any]:
     return {"dtype" if Version(transformers.__version__) >= Version("4.56") else "torch_dtype": dtype}
 
 
-def load_model(auto_class: Any, name_or_path: str, *, dtype: torch.dtype | None = None, **options: Any) -> Any:
+def load_model(auto_class: Any, name_or_path: str, *, dtype: torch.dtype | None = None, new_head: bool = False,
+               **options: Any) -> Any:
     """``auto_class.from_pretrained`` with every failure turned into one error naming ``name_or_path``: a missing or
-    empty directory, a ``model_type`` this transformers does not know, damaged safetensors, or pickled weights
-    (``pytorch_model.bin``), which are refused because unpickling can run code. ``dtype``: the weights' dtype, under
-    the keyword this transformers takes (:func:`dtype_argument`)."""
+    empty directory, a ``model_type`` this transformers does not know, damaged safetensors, pickled weights
+    (``pytorch_model.bin``), which are refused because unpickling can run code, and weights that are not the model's
+    (:func:`check_loaded_weights`). ``dtype``: the weights' dtype, under the keyword this transformers takes
+    (:func:`dtype_argument`). ``new_head``: an encoder checkpoint that gets a new, randomly initialised output head
+    on purpose (the start of a fine-tune); its body must still come whole from the weights."""
     import pickle
 
     from safetensors import SafetensorError
@@ -286,17 +291,26 @@ def load_model(auto_class: Any, name_or_path: str, *, dtype: torch.dtype | None 
                          "because unpickling can run code; save them as safetensors where you trust them") from None
     except OSError as error:
         raise FileNotFoundError(f"model {name_or_path!r} could not be loaded: {error}") from None
-    check_loaded_weights(model, info, name_or_path)
+    check_loaded_weights(model, info, name_or_path, new_head=new_head)
     return model
 
 
-def check_loaded_weights(model: nn.Module, info: dict[str, Any], name_or_path: str) -> None:
+def check_loaded_weights(model: nn.Module, info: dict[str, Any], name_or_path: str, *, new_head: bool = False
+                         ) -> None:
     """A ValueError naming the folder when the loader's report (``output_loading_info``) shows a model that is not
     the one its weights hold: parameters missing from the checkpoint (initialised at random), of another shape, or
     checkpoint tensors that belong to a module the model has (a layer beyond its depth, a parameter of another
     name). Unused tensors of heads the model does not have (a pretraining checkpoint's pooler or extra heads) are
-    fine: every parameter of the model still comes from the checkpoint."""
+    fine: every parameter of the model still comes from the checkpoint. ``new_head``: parameters outside the base
+    model (``base_model_prefix``: the head) may be missing, on purpose; a warning lists them."""
     missing, mismatched = sorted(info.get("missing_keys") or ()), list(info.get("mismatched_keys") or ())
+    prefix = getattr(model, "base_model_prefix", "")
+    head = [key for key in missing if prefix and not key.startswith(prefix + ".")] if new_head else []
+    if head:
+        warnings.warn(f"model {name_or_path!r}: a new output head, initialised at random ({len(head)} parameters: "
+                      f"{', '.join(head[:3])}{', ...' if len(head) > 3 else ''}); train it before measuring",
+                      stacklevel=3)
+        missing = [key for key in missing if key not in head]
     misplaced = sorted(key for key in info.get("unexpected_keys") or () if _belongs_to(model, key))
     shapes = [str(m[0]) if isinstance(m, tuple) else str(m) for m in mismatched]
     problems = [(missing, "missing from its weights (they would be initialised at random)"),
