@@ -76,6 +76,7 @@ def test_the_run_job_bills_exactly_the_rows_its_loop_serves(tmp_path):
     report = json.loads((alone / "report.json").read_text())
     loop = {row["phase"]: row for row in report["cost"]["phases"]}["chains and pairs"]
     assert loop["forward_rows"] == 4 * 6 and loop["forward_tokens"] == 4 * 6 * 124
+    assert report["cost"]["bare_forward_shape"] == [4, 124]  # the unit of the bill: a forward at the loop's batch
     assert report["cost"]["forward_rows"] == sum(row["forward_rows"] for row in report["cost"]["phases"])
     assert "cost:" in (alone / "report.html").read_text()
 
@@ -83,6 +84,9 @@ def test_the_run_job_bills_exactly_the_rows_its_loop_serves(tmp_path):
                  "--set", "coupling.max_steps=6"]) == 0
     report = json.loads((paired / "report.json").read_text())
     phases = {row["phase"]: row for row in report["cost"]["phases"]}
+    # the plan prices a step at the batch it runs: 4 chains, each temperature's two chains' partners and an extra
+    # pair's two chains (planned_rows), not at the chains' 4 rows
+    assert report["cost"]["bare_forward_shape"] == [4 + 2 * (2 + 2), 124]
     open_steps = [int(t) for row in report["mixing"]["by_temperature"] for t in row["meeting_times"]]
     # per temperature: pairs 0 and 1 ride on the two chains (their partner costs 1 row per open step), pair 2 is
     # an extra pair (2 rows per open step); pairs stopped as hopeless cost nothing after they stopped, so the
@@ -119,6 +123,28 @@ def test_a_budget_plans_the_run_to_fit_and_the_deadline_stops_what_the_plan_miss
         assert all(t <= steps for t in row["meeting_times"])
         assert all(t == steps for t, c in zip(row["meeting_times"], row["censored"], strict=True) if c)
     assert "margins: not measured" in " ".join(report["notes"])
+
+
+def test_a_budget_gone_before_the_first_step_is_one_line_and_a_resumed_bill_says_what_it_covers(tmp_path, capsys):
+    """No forward after the deadline, the calibration's included: a budget spent by the set-up is refused in one
+    line and nothing is written; a sweep stopped by its budget says so in its summary; a resumed sweep's bill says it
+    covers its own process only."""
+    preset = ["--config", "sweep-ising", "--set", "grid.temperatures=[1.0]", "--set", "grid.lengths=[4]",
+              "--set", "grid.pairs=4", "--quiet"]
+    assert main(["sweep", "--out", str(tmp_path / "none"), *preset, "--budget", "0.001"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and "ran out during the set-up, before any pair step" in error
+    assert not (tmp_path / "none" / "report.json").exists()
+    out = tmp_path / "sweep"
+    assert main(["sweep", "--out", str(out), *preset, "--set", "grid.max_steps=40", "--set",
+                 "checkpoint_every=10"]) == 0
+    first = capsys.readouterr().out
+    assert "steps in" in first and "stopped early" not in first and "(this process only" not in first
+    assert main(["sweep", "--out", str(out), *preset, "--set", "grid.max_steps=80", "--set",
+                 "checkpoint_every=10", "--resume"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["cost"]["scope"].startswith("this process only: resumed from the checkpoint at step ")
+    assert "cost (this process only: resumed" in capsys.readouterr().out
 
 
 def test_the_step_cost_benchmark_runs_at_small_shapes(monkeypatch, capsys):

@@ -164,7 +164,12 @@ def run_chains(config: RunConfig, out_dir: Path | None = None, *, resume: bool =
                                           key="chains.crop")
         window, notes = [first, first + window[1] - window[0]], [note]
     sites = window_sites(denoiser, tokens, window)
-    ledger.time_bare_forward(denoiser, tokens)
+    if time.perf_counter() >= deadline:  # no forward after the deadline, the calibration's included
+        raise ConfigError(f"--budget: the {budget:g} s ran out while the model loaded, before any chain step; give "
+                          "a budget above the load time")
+    # the unit of the bill and the plan's price of a step: a forward at the loop's batch (every chain and pair row)
+    per_step = planned_rows(config, sites.shape[1])[0]
+    ledger.time_bare_forward(denoiser, tokens[torch.arange(min(per_step, CHUNK_ROWS)) % tokens.shape[0]])
     temperatures = config.per_chain_temperatures()
     if budget is not None and not resume:
         config, planned = fit_to_budget(config, ledger, deadline - time.perf_counter(), num_sites=sites.shape[1])
@@ -186,6 +191,7 @@ def run_chains(config: RunConfig, out_dir: Path | None = None, *, resume: bool =
     if resume:
         assert checkpoint_path is not None and out_dir is not None
         saved, saved_step = load_checkpoint(checkpoint_path, fingerprints=fingerprints, map_location=tokens.device)
+        ledger.scope = f"this process only: resumed from the checkpoint at step {saved_step}"
         if saved_step > num_steps:
             raise ConfigError(f"run.num_steps: {num_steps} is below step {saved_step}, where the checkpoint "
                               f"{checkpoint_path} stopped; resume with run.num_steps >= {saved_step}")

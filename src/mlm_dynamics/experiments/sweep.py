@@ -161,6 +161,9 @@ def run_sweep(config: SweepConfig, out_dir: Path | None = None, *, resume: bool 
         groups, notes = _build_groups(config, cell_list)
     setup_seconds = time.perf_counter() - t0
     first = groups[0]
+    if time.perf_counter() >= deadline:  # no forward after the deadline, the calibration's included
+        raise ConfigError(f"--budget: the {budget:g} s ran out during the set-up, before any pair step; give a "
+                          "budget above the set-up time")
     # the unit of the bill: a forward at the grid's batch (both chains of every pair of the first group), at most 64
     ledger.time_bare_forward(first.denoiser, first.natural.expand(min(64, 2 * len(first.pairs.layout.cell)), -1))
     checkpoint_path = None if out_dir is None else out_dir / "sweep-checkpoint.pt"
@@ -171,6 +174,7 @@ def run_sweep(config: SweepConfig, out_dir: Path | None = None, *, resume: bool 
         if checkpoint_path is None:
             raise ValueError("out_dir is required for --resume")
         saved, step = load_checkpoint(checkpoint_path, fingerprints=fingerprints)
+        ledger.scope = f"this process only: resumed from the checkpoint at step {step}"
         with restoring(checkpoint_path):
             for group, state in zip(groups, saved["groups"], strict=True):
                 _restore(group, state)

@@ -85,6 +85,8 @@ class CostLedger:
         self.bare_forward_seconds: float | None = None
         self.bare_forward_shape: tuple[int, int] | None = None
         self.started = time.perf_counter() if started is None else started
+        self.scope: str | None = None
+        """What the bill covers when it is not the whole job (a resumed run: this process only)."""
         self._open: list[Meter] = []
 
     @contextmanager
@@ -184,7 +186,7 @@ class CostLedger:
         totals = {key: summary[key] for key in ("seconds", "forward_equivalents", "bare_forward_seconds",
                                                  "forward_rows", "needed_rows", "row_efficiency")}
         return {**totals, "bare_forward_shape": list(self.bare_forward_shape or ()), "phases": self.table(),
-                "line": self.line()}
+                "scope": self.scope, "line": self.line()}
 
     @classmethod
     def merged(cls, records: Sequence[Mapping[str, Any]]) -> CostLedger:
@@ -216,7 +218,8 @@ class CostLedger:
         shape = "x".join(map(str, self.bare_forward_shape)) if self.bare_forward_shape else "?"
         bare = (f" = {summary['forward_equivalents']:.0f} bare forwards of {shape} tokens "
                 f"({summary['bare_forward_seconds'] * 1000:.1f} ms each)" if self.bare_forward_seconds else "")
-        return (f"cost: {summary['seconds']:.1f} s{bare}; {summary['needed_rows']:.0f} of "
+        scope = f" ({self.scope})" if self.scope else ""
+        return (f"cost{scope}: {summary['seconds']:.1f} s{bare}; {summary['needed_rows']:.0f} of "
                 f"{summary['forward_rows']:.0f} forward rows needed; dearest: {phases}")
 
 

@@ -183,9 +183,13 @@ def _span(sites: list[int]) -> str:
 
 def sweep_summary(result: SweepResult) -> str:
     """The lines the CLI prints."""
-    lines = [f"sweep: {len(result.cells)} cells, {result.timings['steps']:.0f} steps in "
-             f"{result.timings['chain_seconds']:.1f} s; met pairs saved {result.rows['rows_saved_fraction']:.0%} of "
-             "the forward rows"]
+    saved = (f"; met pairs saved {result.rows['rows_saved_fraction']:.0%} of the forward rows"
+             if result.timings["steps"] > 0 else "")
+    lines = [f"sweep: {len(result.cells)} cells, {result.timings['steps']:.0f} of {result.config.grid.max_steps} "
+             f"steps in {result.timings['chain_seconds']:.1f} s{saved}"]
+    if result.stopped is not None:
+        lines.append(f"stopped early ({result.stopped}): open pairs are censored at the step reached; what is below "
+                     "is what was measured")
     for tau, fit in sorted(result.analysis.fits.items()):
         if fit.note:
             lines.append(f"  tau={tau:g}: no fit ({fit.note})")
