@@ -333,8 +333,18 @@ def _wandb_with_bad_record(root: Path, monkeypatch) -> Path:
     (_wandb_with_bad_record, "record 0 is not a W&B record"),
     (_csv_with_bad_draws, "mlm_dynamics-draws.jsonl, line 2: not a draws record"),
     (_unreadable_draws, "mlm_dynamics-draws.jsonl: cannot be read (Permission denied)"),
+    # values no run logs: each refused naming the file, line, key and step
+    (lambda root, mp: _csv_run(root, "step,mixing/train/censored_fraction\n1,7\n"),
+     "line 2: mixing/train/censored_fraction at step 1: 7.0 is outside [0, 1]"),
+    (lambda root, mp: _csv_run(root, "step,mixing/train/meeting_time_median\n1,-3\n"),
+     "line 2: mixing/train/meeting_time_median at step 1: -3.0 is outside [0, inf]"),
+    (lambda root, mp: _csv_run(root, "step,mixing/train/censored_fraction\n-4,0.5\n"),
+     "line 2: mixing/train/censored_fraction at step -4: step -4 is negative"),
+    (lambda root, mp: _csv_run(root, "step,mixing/train/budget,mixing/train/meeting_time_median\n1,20,1e300\n"),
+     "mixing/train/meeting_time_median at step 1: 1e+300 is above the pairs' budget 20"),
 ], ids=["empty csv", "csv cut in a number", "csv text cell", "no diagnostics keys", "unreadable csv",
-        "undecodable W&B record", "damaged draws", "unreadable draws"])
+        "undecodable W&B record", "damaged draws", "unreadable draws", "a fraction of 7", "a negative meeting time",
+        "a negative step", "a median above its budget"])
 def test_report_refuses_damaged_logs_in_one_line(tmp_path, capsys, monkeypatch, setup, message):
     folder = setup(tmp_path, monkeypatch)
     assert main(["report", str(folder), "--out", str(tmp_path / "report")]) == 2

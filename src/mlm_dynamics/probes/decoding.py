@@ -42,12 +42,13 @@ class ParallelDecodingProbe(Probe):
             MetricKey("first_order_k{n}", "influence estimate of that error from one committed position at a time "
                                           "(an upper bound for n <= 2)", "probability", "for each n in 1..window"),
             MetricKey("certificate_k{n}", "Frechet-Hoeffding certificate sum (1 - c_i) of the set (bounds the error "
-                                          "when the conditionals are compatible)", "probability",
-                      "for each n in 1..window"),
+                                          "when the conditionals are compatible; above 1 it bounds nothing)",
+                      "probability sum", "for each n in 1..window"),
             MetricKey("{rule}/k", "positions the confidence rule commits (threshold theta, factor f, frechet eps)",
                       "count", "for each rule"),
             MetricKey("{rule}/tv", "measured error of the set the rule commits", "probability", "for each rule"),
-            MetricKey("{rule}/certificate", "the rule's certificate for that set", "probability", "for each rule"),
+            MetricKey("{rule}/certificate", "the rule's certificate for that set", "probability sum",
+                      "for each rule"),
             MetricKey("{rule}/violated", "fraction of rows where the error exceeds the certificate for sure",
                       "fraction", "for each rule"),
             MetricKey("{rule}/capped", "fraction of rows where the rule would commit more than the window",

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from typing import Any
 
-from .base import STAGES, Probe
+from .base import STAGES, MetricKey, Probe
 from .chains import DriftProbe, TrapProbe
 from .decoding import ParallelDecodingProbe
 from .mixing import DobrushinProbe, MeetingTimeProbe, RectangleProbe
@@ -38,6 +39,20 @@ def metric_key_table() -> str:
 SECTION_TITLES = {"mixing": "Mixing: coupled chains", "rectangle": "Incompatibility: rectangle test",
                   "influence": "Influence: Dobrushin estimates", "drift": "Semantic drift", "traps": "Traps and basins",
                   "parallel": "Parallel decoding: K positions at once"}
+
+
+UNIT_RANGES: dict[str, tuple[float, float]] = {
+    "probability": (0.0, 1.0), "fraction": (0.0, 1.0), "flag": (0.0, 1.0), "cosine distance": (0.0, 2.0),
+    "count": (0.0, math.inf), "single-site steps": (0.0, math.inf), "chain steps": (0.0, math.inf),
+    "draws": (0.0, math.inf), "tokens": (0.0, math.inf), "nats": (0.0, math.inf), "temperature": (0.0, math.inf),
+    "dimensionless": (0.0, math.inf), "probability sum": (0.0, math.inf), "logits": (-math.inf, math.inf)}
+"""The values a key of each unit can take; a reader refuses others (``overhead``, a ratio of seconds, may pass 1)."""
+
+
+def value_range(key: MetricKey) -> tuple[float, float]:
+    """``(low, high)`` of the values ``key`` can take (:data:`UNIT_RANGES` by its unit)."""
+    low, high = UNIT_RANGES.get(key.unit, (-math.inf, math.inf))
+    return (low, math.inf) if key.name == "overhead" else (low, high)
 
 
 def key_regex(name: str) -> str:
@@ -73,6 +88,5 @@ def headline_keys(prefix: str = "", stage: str = "train") -> dict[str, list[str]
             for group, names in chosen.items()}
 
 
-__all__ = ["PROBES", "SECTION_TITLES", "headline_keys", "key_regex", "metric_key_page", "metric_key_table",
-           "tensorboard_layout"]
-
+__all__ = ["PROBES", "SECTION_TITLES", "UNIT_RANGES", "headline_keys", "key_regex", "metric_key_page",
+           "metric_key_table", "tensorboard_layout", "value_range"]

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..probes.base import DRAWS_FILE
-from ..probes.keys import PROBES, key_regex
+from ..probes.keys import PROBES, key_regex, value_range
 
 GROUPS = tuple(probe.group for probe in PROBES)
 
@@ -38,6 +38,8 @@ GROUPS = tuple(probe.group for probe in PROBES)
 # a declared key at the end of a logged name, after whatever prefix a logger or the user put before it
 _DECLARED = [rf"{p.group}/(?:train|val|predict)/{key_regex(k.name)}" for p in PROBES for k in p.keys]
 _KEY = re.compile(r"(?:^|/)(" + "|".join(_DECLARED) + r")$")
+_RANGES = [(re.compile(pattern), value_range(k)) for pattern, k in zip(_DECLARED, [k for p in PROBES for k in p.keys],
+                                                                        strict=True)]
 
 
 @dataclass
@@ -55,15 +57,32 @@ class LoggedRun:
     notes: list[str] = field(default_factory=list)
     draws: list[dict[str, Any]] = field(default_factory=list)
 
-    def add(self, key: str, step: int, value: float) -> None:
-        """One logged value, if ``key`` is a diagnostics key (others, the module's own loss say, are skipped)."""
+    def add(self, key: str, step: int, value: float, where: str = "") -> None:
+        """One logged value, if ``key`` is a diagnostics key (others, the module's own loss say, are skipped); a
+        ValueError naming ``where`` (the file and line or record) and the key when the step is negative or the value
+        is one its unit cannot take (a probability of 7, a negative meeting time: :func:`value_range`)."""
         match = _KEY.search(key)
-        if match is not None and math.isfinite(value):
-            self.scalars.setdefault(match.group(1), []).append((int(step), float(value)))
+        if match is None or not math.isfinite(value):
+            return
+        name = match.group(1)
+        low, high = next(limits for pattern, limits in _RANGES if pattern.fullmatch(name))
+        if step < 0 or not low <= value <= high:
+            what = f"step {step} is negative" if step < 0 else f"{value!r} is outside [{low:g}, {high:g}]"
+            raise ValueError(f"{where}: {key} at step {step}: {what}, which no run logs (a damaged or edited log?)")
+        self.scalars.setdefault(name, []).append((int(step), float(value)))
 
     def finish(self) -> LoggedRun:
-        """Sort each series by step, keeping the last value logged at a step."""
+        """Sort each series by step, keeping the last value logged at a step; a ValueError naming the files and the
+        key when a median meeting time (or its lower bound) is above the pairs' budget logged at the same step."""
         self.scalars = {key: sorted(dict(series).items()) for key, series in sorted(self.scalars.items())}
+        for key, series in self.scalars.items():
+            match = re.fullmatch(r"(mixing/\w+/(?:lagged/)?)meeting_time_median(?:_lower_bound)?", key)
+            budget = dict(self.scalars.get(match.group(1) + "budget", [])) if match else {}
+            for step, value in series:
+                if step in budget and value > budget[step]:
+                    raise ValueError(f"{', '.join(self.files)}: {key} at step {step}: {value:g} is above the pairs' "
+                                     f"budget {budget[step]:g} ({match.group(1) if match else ''}budget), which no "
+                                     "run logs (a damaged or edited log?)")
         return self
 
 
@@ -169,7 +188,7 @@ def _read_csv(path: Path, run: LoggedRun) -> None:
         step = _number(cells["step"], path, line, "step")
         for key, cell in cells.items():
             if key != "step" and cell != "":
-                run.add(key, int(step), _number(cell, path, line, key))
+                run.add(key, int(step), _number(cell, path, line, key), f"{path}, line {line}")
 
 
 def _number(cell: str, path: Path, line: int, column: str) -> float:
@@ -229,9 +248,10 @@ def _read_events(path: Path, run: LoggedRun) -> None:
         for value in event.summary.value:
             kind = value.WhichOneof("value")
             if kind == "simple_value":
-                run.add(value.tag, event.step, value.simple_value)
+                run.add(value.tag, event.step, value.simple_value, f"{path}: record {index}")
             elif kind == "tensor" and (value.tensor.float_val or value.tensor.double_val):
-                run.add(value.tag, event.step, (value.tensor.float_val or value.tensor.double_val)[0])
+                run.add(value.tag, event.step, (value.tensor.float_val or value.tensor.double_val)[0],
+                        f"{path}: record {index}")
             elif kind == "image":
                 run.images[value.tag] = value.image.encoded_image_string
 
@@ -295,7 +315,7 @@ def _read_wandb(path: Path, run: LoggedRun) -> None:
         step = row.get("trainer/global_step", row.get("train/global_step", record.history.step.num))
         for key, value in row.items():
             if isinstance(value, int | float) and not isinstance(value, bool):
-                run.add(key, int(step), value)
+                run.add(key, int(step), value, f"{path}: record {index}")
     media = path.parent / "files" / "media" / "images"
     found = sorted(media.glob("**/*.png"), key=lambda path: _step_of(path.stem)) if media.is_dir() else []
     for image in found:  # in step order: the latest image of a tag is kept
