@@ -111,7 +111,8 @@ SCHEDULE_KEYS = (
                           "overhead=)", "fraction", "once the loop has run"),
     MetricKey("run_fraction", "this run's forward rows over a full run's: 1, or less for a first run that did not "
                               "fit within overhead and ran smaller (fewer steps or rectangles: the probe's own keys "
-                              "say how many)", "fraction"),
+                              "say how many), or for a run stopped at its budget (the share it realised)",
+              "fraction"),
 )
 
 
@@ -483,7 +484,11 @@ class ScheduledProbe:
             self._spent(elapsed)  # the run's own time is not the loop's
             self._after_run = True
         if limit.refused:
-            self._stopped(denoiser, elapsed, limit.rows, kept=bool(metrics))
+            if metrics and not self._reached_least(denoiser, limit.rows):
+                metrics = {}  # cut short below the least run the probe stands for: not the run its keys name
+            total = self._stopped(denoiser, elapsed, limit.rows, kept=bool(metrics))
+            if total:
+                fraction = limit.rows / total  # the share of a full run it realised, not the one planned
         if metrics:
             self.runs += 1
             if not limit.refused:  # a smaller run's seconds per forward row, times a full run's rows
@@ -550,12 +555,13 @@ class ScheduledProbe:
             return None
         return max(0.0, min(left))
 
-    def _stopped(self, denoiser: Denoiser, seconds: float, rows: int, *, kept: bool) -> None:
+    def _stopped(self, denoiser: Denoiser, seconds: float, rows: int, *, kept: bool) -> int | None:
         """A run reached the end of its budget after ``seconds`` and ``rows`` forward rows: it is counted
         (``stopped_runs``), its partial results are logged if the probe could state them honestly (``kept``:
-        meeting times censored at the steps reached) and discarded otherwise, and the next run waits for the full
-        cost it showed: ``seconds`` times the probe's forward rows over the rows done (twice ``seconds`` when the
-        probe cannot say), never less than the estimate it started on."""
+        meeting times censored at the steps reached, once the run got as far as its least value)
+        and discarded otherwise, and the next run waits for the full cost it showed: ``seconds`` times the probe's
+        forward rows over the rows done (twice ``seconds`` when the probe cannot say), never less than the estimate
+        it started on. Returns a full run's forward rows (``None``: the probe cannot say)."""
         self.stopped_runs += 1
         total = self.probe.forward_rows(self.num_starts, int(self.starts(denoiser).counts.max()))
         grown = seconds * total / rows if total is not None and total > rows > 0 else 2 * seconds
@@ -565,6 +571,23 @@ class ScheduledProbe:
                     f"{', its results kept as far as they went' if kept else ' and discarded'}; the next one waits "
                     f"until about {self.estimate:.1f} s fit within overhead={self.overhead} of the loop (stopped_runs "
                     "counts them). Raise overhead= or make a run cheaper.")
+        return total
+
+    def _reached_least(self, denoiser: Denoiser, rows: int) -> bool:
+        """Whether a run stopped after ``rows`` forward rows got as far as the least run the probe stands for (its
+        :meth:`Probe.smaller_run` at the least value: a meeting-time run that covers the sites); always for a probe
+        without a smaller run. Conservative: a full run's rows at that value are an upper bound."""
+        try:
+            sites = int(self.starts(denoiser).counts.max())
+        except FAILURES:
+            return True
+        smaller = self.probe.smaller_run(sites)
+        if smaller is None:
+            return True
+        option, least = smaller
+        with _options(self.probe, {option: least}):
+            needed = self.probe.forward_rows(self.num_starts, sites)
+        return needed is None or rows >= needed
 
     def affordable(self, spent: float) -> bool:
         """Whether one more run (expected: :attr:`estimate` seconds) keeps the diagnostics within ``overhead`` of
