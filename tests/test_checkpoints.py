@@ -98,6 +98,13 @@ def test_corruption_foreign_runs_and_pickled_code_are_refused(tmp_path):
     path.write_bytes(b"MLMDYN-CHECKPOINT 1\n" + edited[len(MAGIC):])
     with pytest.raises(CheckpointError, match="format 1"):
         load_checkpoint(path, fingerprints=prints)
+    path.write_bytes(b"MLMDYN-CHECKPOINT 3\n" + edited[len(MAGIC):])  # a newer version's: named as such
+    with pytest.raises(CheckpointError, match="is of format 3, written by a newer mlm_dynamics; this one resumes "
+                                              "format 2: upgrade"):
+        load_checkpoint(path, fingerprints=prints)
+    path.write_bytes(b"PK\x03\x04 a zip file")
+    with pytest.raises(CheckpointError, match=r"not an mlm_dynamics checkpoint .* another program's file"):
+        load_checkpoint(path, fingerprints=prints)
     save_checkpoint(path, {"tokens": torch.arange(100)}, fingerprints=prints, step=7)
     with pytest.raises(CheckpointError, match="start_state"):
         load_checkpoint(path, fingerprints={**prints, "start_state": fingerprint([torch.arange(4)])})

@@ -229,8 +229,13 @@ def test_the_monitor_refuses_what_does_not_fit_and_never_loses_the_output(direct
         monitor_sampler(llada, lambda: prompt, mask_id=99999)
     with pytest.raises(ValueError, match=r"run must be a callable that runs the sampler.*got Tensor"):
         monitor_sampler(llada, prompt)
-    with pytest.raises(ValueError, match=r"run: the sampler returned torch\.float32 values"):
-        monitor_sampler(llada, lambda: prompt.float())
+    with pytest.warns(RuntimeWarning, match=r"run: the sampler returned torch\.float32 values"):
+        trace = monitor_sampler(llada, lambda: prompt.float())
+    assert trace.output.dtype == torch.float32 and torch.equal(trace.output, prompt.float())  # returned as it was
+    with pytest.raises(ValueError, match="temperature must be the sampler's temperature, a finite number >= 0"):
+        monitor_sampler(llada, lambda: prompt, temperature=-1.0)
+    with pytest.raises(ValueError, match="a greedy sampler \\(temperature=0\\) has none yet"):
+        monitor_sampler(llada, lambda: prompt, temperature=0.0, parallel=True)
     other = attach("llada", directories)[1]  # another instance: the sampler never calls the watched one
     samplers = build.samplers()
     with pytest.warns(RuntimeWarning, match="never called the watched model"):
@@ -253,6 +258,36 @@ def test_the_monitor_refuses_what_does_not_fit_and_never_loses_the_output(direct
     with pytest.warns(RuntimeWarning, match="run returned 2 rows where the model saw 4"):
         trace = monitor_sampler(llada, lambda: guided(prompt.clone()))
     assert trace.output.shape == (2, 8) and trace.steps == 4
+
+
+def test_a_greedy_sampler_is_measured_as_what_it_is_and_a_failing_watch_keeps_the_output(directories):
+    """LLaDA's default, temperature 0: every commit is its position's argmax (argmax_fraction 1), where the same
+    sampler at temperature 1 commits draws that often are not; no effective temperature is made up. A monitor whose
+    own observation fails mid-run stops watching (one warning) and the sampler's output comes back whole, the same
+    tokens as an unwatched run."""
+    from mlm_dynamics.tracking.monitor import ChainMonitor
+
+    llada = attach("llada", directories)[1]
+    samplers = build.samplers()
+    prompt = torch.randint(3, build.VOCAB - 1, (4, 4), generator=torch.Generator().manual_seed(1))
+
+    def run(temperature):
+        return lambda: samplers.llada_generate(llada, prompt, gen_length=8, block_length=8, steps=4,
+                                               mask_id=build.MASK_ID, temperature=temperature,
+                                               generator=torch.Generator().manual_seed(0))
+
+    greedy = monitor_sampler(llada, run(0.0), temperature=0.0)
+    assert greedy.problem is None and greedy.effective == {"argmax_fraction": 1.0} and sum(greedy.committed) == 32
+    drawn = monitor_sampler(llada, run(1.0), temperature=0.0)
+    assert drawn.effective["argmax_fraction"] < 1.0
+
+    class Broken(ChainMonitor):
+        def observe(self, *args, **kwargs):
+            raise RuntimeError("the embedder ran out of memory")
+
+    with pytest.warns(RuntimeWarning, match=r"the watch stopped at step \d+ \(RuntimeError: the embedder ran out"):
+        trace = monitor_sampler(llada, run(1.0), Broken(lambda tokens: tokens.float(), every=1))
+    assert torch.equal(trace.output, run(1.0)()) and trace.problem.startswith("the watch stopped")
 
 
 def test_a_named_family_that_is_not_the_models_is_refused_naming_both(directories):

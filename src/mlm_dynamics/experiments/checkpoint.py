@@ -20,6 +20,7 @@ import hashlib
 import io
 import json
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,7 +30,8 @@ import torch
 
 from .._io import atomic_write
 
-MAGIC = b"MLMDYN-CHECKPOINT 2\n"
+FORMAT = 2
+MAGIC = b"MLMDYN-CHECKPOINT %d\n" % FORMAT
 OLD_MAGIC = b"MLMDYN-CHECKPOINT 1\n"  # format 1: its checksum left the header out
 
 
@@ -104,7 +106,12 @@ def load_checkpoint(path: Path, *, fingerprints: dict[str, str], map_location: t
         raise CheckpointError(f"checkpoint {path} was written by an earlier mlm_dynamics (format 1, whose checksum "
                               "does not cover its header) and cannot be resumed safely; start the run again")
     if not raw.startswith(MAGIC):
-        raise CheckpointError(f"checkpoint {path} is not an mlm_dynamics checkpoint (empty, truncated or foreign)")
+        newer = re.match(rb"MLMDYN-CHECKPOINT (\d+)\n", raw)
+        if newer is not None and int(newer.group(1)) > FORMAT:
+            raise CheckpointError(f"checkpoint {path} is of format {int(newer.group(1))}, written by a newer "
+                                  f"mlm_dynamics; this one resumes format {FORMAT}: upgrade mlm_dynamics to resume it")
+        raise CheckpointError(f"checkpoint {path} is not an mlm_dynamics checkpoint (empty, truncated or another "
+                              "program's file)")
     header_line, separator, data = raw[len(MAGIC):].partition(b"\n")
     try:
         header = json.loads(header_line)

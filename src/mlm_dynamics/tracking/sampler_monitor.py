@@ -62,7 +62,8 @@ class SamplerTrace:
         final: the tokens ``run()`` returned.
         effective: effective temperature of the committed tokens against the logits they were drawn from
             (``effective_temperature``, ``surprisal_mean``, ``entropy_mean``, ``surprisal_gap_z``; empty when
-            nothing was committed).
+            nothing was committed); for a greedy sampler (``temperature=0``) ``argmax_fraction``, the share of
+            commits that were their position's argmax.
         metrics: the monitor's scalars at its observation steps (the last one the final state's).
         output: ``run()``'s return value as it was.
         problem: why the watch stopped early or saw nothing (warned once as well), ``None`` when it watched every
@@ -212,6 +213,7 @@ class _Watcher:
         self.total, self.squares = torch.zeros((), dtype=torch.float64), torch.zeros((), dtype=torch.float64)
         self.expected = torch.zeros(len(TEMPERATURE_GRID), dtype=torch.float64)
         self.count = 0
+        self.argmax = 0  # temperature 0: commits that were their position's argmax
         self.unread = 0  # outermost calls whose tokens [B, L] (integers) or logits [B, L, V] could not be read
 
     def watch(self, forward: Callable[..., Any]) -> Callable[..., Any]:
@@ -223,7 +225,12 @@ class _Watcher:
                 output = forward(*args, **kwargs)
             finally:
                 self.depth -= 1
-            self.after(args, kwargs, output)
+            try:
+                self.after(args, kwargs, output)
+            except Exception as error:  # the watch's own failure: it stops, the sampler runs on with its output
+                self.busy = False
+                self.trace.problem = (f"the watch stopped at step {self.trace.steps + 1} ({type(error).__name__}: "
+                                      f"{error}); the sampler ran on and its output is returned as it was")
             return output
 
         return watched
@@ -279,9 +286,13 @@ class _Watcher:
             index = torch.zeros_like(before, dtype=torch.bool)
             index[:, :width] = committed
             chosen = index[before == self.mask_id]  # logits rows follow the previous masked positions, row-major
-            total, squares, expected = surprisal_statistics(logits[chosen], now[committed], self.temperature)
-            self.total, self.squares = self.total + total, self.squares + squares
-            self.expected = self.expected + expected
+            draws = now[committed]
+            if self.temperature == 0:  # a greedy sampler: is each commit its position's argmax?
+                self.argmax += int((logits[chosen].argmax(-1).cpu() == draws).sum())
+            else:
+                total, squares, expected = surprisal_statistics(logits[chosen], draws, self.temperature)
+                self.total, self.squares = self.total + total, self.squares + squares
+                self.expected = self.expected + expected
             self.count += int(committed.sum())
         if self.parallel is not None:
             self._measure_parallel(before[:, :width], committed)
@@ -327,8 +338,20 @@ class _Watcher:
             self.trace.metrics.append(out)
 
     def finish(self, output: Any) -> SamplerTrace:
+        """The trace of the run that returned ``output``; whatever fails here is the trace's ``problem`` (warned
+        once), never an exception: ``output`` is always returned as it was."""
+        self.trace.output = output
+        try:
+            return self._finish(output)
+        except Exception as error:
+            self.trace.problem = self.trace.problem or (f"the watch could not finish ({type(error).__name__}: "
+                                                        f"{error}); the sampler's output is returned as it was")
+            warnings.warn(f"monitor_sampler: {self.trace.problem}", RuntimeWarning, stacklevel=3)
+            return self.trace
+
+    def _finish(self, output: Any) -> SamplerTrace:
         final = _final_tokens(output)
-        self.trace.final, self.trace.output = final.cpu(), output
+        self.trace.final = final.cpu()
         if self.trace.problem is None and not self.trace.steps:
             self.trace.problem = (
                 "the sampler never called the watched model with token ids [B, L] and got logits [B, L, V] back "
@@ -344,7 +367,9 @@ class _Watcher:
             self.step(final, None)
         if self.trace.problem is not None:
             warnings.warn(f"monitor_sampler: {self.trace.problem}", RuntimeWarning, stacklevel=3)
-        if self.count:
+        if self.count and self.temperature == 0:
+            self.trace.effective = {"argmax_fraction": self.argmax / self.count}
+        elif self.count:
             self.trace.effective = effective_temperature_from(self.total, self.squares, self.expected, self.count,
                                                               self.temperature)
         return self.trace
@@ -356,9 +381,12 @@ def monitor_sampler(model: nn.Module, run: Callable[[], Any], monitor: ChainMoni
                     top_m: int = 8, denoiser: Denoiser | None = None) -> SamplerTrace:
     """Run ``run()`` (a sampler calling ``model``, unmodified) and watch each of its denoising steps; see the module
     docstring. ``temperature``: the temperature the sampler draws at (the reference of the effective temperature and
-    of the parallel measurement). ``parallel``: measure each step's committed sets (``parallel_samples`` Monte Carlo
-    draws where the tree is large, ``top_m`` values per position for the influence estimate) through ``denoiser``
-    (default: the model's exact adapter, :func:`~mlm_dynamics.models.families.denoiser_for`).
+    of the parallel measurement; 0 for a greedy sampler, whose commits are checked against their argmax).
+    ``parallel``: measure each step's committed sets (``parallel_samples`` Monte Carlo draws where the tree is large,
+    ``top_m`` values per position for the influence estimate) through ``denoiser`` (default: the model's exact
+    adapter, :func:`~mlm_dynamics.models.families.denoiser_for`). Whatever fails inside the watch stops the watch
+    (:attr:`SamplerTrace.problem`, warned once); ``run()``'s output is always returned in
+    :attr:`SamplerTrace.output`.
 
     Examples:
         A toy loop that reveals one position per step with a greedy pick (a cooled sampler: effective temperature
@@ -380,6 +408,14 @@ def monitor_sampler(model: nn.Module, run: Callable[[], Any], monitor: ChainMoni
     if not callable(run):
         raise ValueError(f"run must be a callable that runs the sampler (e.g. lambda: model.generate(...)), got "
                          f"{type(run).__name__}")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not math.isfinite(temperature) \
+            or temperature < 0:
+        raise ValueError(f"temperature must be the sampler's temperature, a finite number >= 0 (0: greedy, argmax "
+                         f"commits), got {temperature!r}")
+    if parallel and temperature == 0:
+        raise ValueError("parallel: the error of committing several positions at once is measured against the "
+                         "sampler's law, and a greedy sampler (temperature=0) has none yet; run without parallel=True "
+                         "(the trace says whether every commit was its position's argmax)")
     if mask_id is not None and (isinstance(mask_id, bool) or not isinstance(mask_id, int) or mask_id < 0):
         raise ValueError(f"mask_id must be a token id (an integer >= 0), got {mask_id!r}")
     size = _vocab_size(model)
