@@ -290,6 +290,38 @@ def test_a_greedy_sampler_is_measured_as_what_it_is_and_a_failing_watch_keeps_th
     assert torch.equal(trace.output, run(1.0)()) and trace.problem.startswith("the watch stopped")
 
 
+def test_a_fork_of_a_family_is_watched_with_its_conventions_from_family_or_the_denoiser(directories):
+    """Fast-dLLM's Dream (`fastdllm_dream`: another class and model_type, Dream's conventions): refused without a way
+    to its mask id, the error naming family=; with family="dream", or with denoiser= carrying the mask id and the
+    one-position logit shift, the trace is the one of the original Dream model, the shift included (read without
+    it, the same run looks like another sampler)."""
+    import copy
+
+    dream = attach("dream", directories)[1]
+    fork = copy.copy(dream)
+    fork.__class__ = type("FastDllmDream", (type(dream),), {})
+    fork.config = copy.deepcopy(dream.config)
+    fork.config.model_type, fork.config.architectures = "fastdllm_dream", ["FastDllmDream"]
+    prompt, prompt_mask = batch(True)
+
+    def run(model):
+        return lambda: model.diffusion_generate(prompt, attention_mask=prompt_mask.long(), max_new_tokens=6, steps=6,
+                                                generator=torch.Generator().manual_seed(0))
+
+    with pytest.raises(ValueError, match=r"model_type 'fastdllm_dream'\) is no known diffusion family.*pass family="):
+        monitor_sampler(fork, run(fork))
+    original = monitor_sampler(dream, run(dream))
+    named = monitor_sampler(fork, run(fork), family="dream")
+    carried = monitor_sampler(fork, run(fork), denoiser=denoiser_for(fork, family="dream"))
+    for trace in (named, carried):
+        assert trace.committed == original.committed and trace.effective == original.effective
+        assert torch.equal(trace.final, original.final)
+    unshifted = monitor_sampler(fork, run(fork), mask_id=build.MASK_ID, logit_shift=0)
+    assert unshifted.effective != original.effective
+    with pytest.raises(ValueError, match="logit_shift: 0 disagrees with the denoiser's 1"):
+        monitor_sampler(fork, run(fork), denoiser=denoiser_for(fork, family="dream"), logit_shift=0)
+
+
 def test_a_named_family_that_is_not_the_models_is_refused_naming_both(directories):
     """A Dream model read as LLaDA would lose its logit shift, LLaDA read as SEDD its mask id: refused before any
     forward, naming both families; a model of a new kind may still follow a named family (test_denoiser)."""

@@ -46,7 +46,7 @@ from torch import Tensor, nn
 from ..diagnostics.decoding import TEMPERATURE_GRID, effective_temperature_from, surprisal_statistics
 from ..diagnostics.parallel import parallel_commit_error
 from ..models.base import Denoiser
-from ..models.families import denoiser_for, detect_family, family_mask_id
+from ..models.families import FAMILIES, check_named_family, denoiser_for, detect_family, family_mask_id
 from .monitor import ChainMonitor
 
 
@@ -378,7 +378,7 @@ class _Watcher:
 def monitor_sampler(model: nn.Module, run: Callable[[], Any], monitor: ChainMonitor | None = None, *,
                     mask_id: int | None = None, logit_shift: int | None = None,
                     temperature: float = 1.0, parallel: bool = False, parallel_samples: int = 64,
-                    top_m: int = 8, denoiser: Denoiser | None = None) -> SamplerTrace:
+                    top_m: int = 8, denoiser: Denoiser | None = None, family: str | None = None) -> SamplerTrace:
     """Run ``run()`` (a sampler calling ``model``, unmodified) and watch each of its denoising steps; see the module
     docstring. ``temperature``: the temperature the sampler draws at (the reference of the effective temperature and
     of the parallel measurement; 0 for a greedy sampler, whose commits are checked against their argmax).
@@ -386,7 +386,9 @@ def monitor_sampler(model: nn.Module, run: Callable[[], Any], monitor: ChainMoni
     ``top_m`` values per position for the influence estimate) through ``denoiser`` (default: the model's exact
     adapter, :func:`~mlm_dynamics.models.families.denoiser_for`). Whatever fails inside the watch stops the watch
     (:attr:`SamplerTrace.problem`, warned once); ``run()``'s output is always returned in
-    :attr:`SamplerTrace.output`.
+    :attr:`SamplerTrace.output`. The mask id and the logit shift come, first to last, from ``mask_id=`` and
+    ``logit_shift=``, the ``denoiser=`` given, the family named by ``family=`` (a fork of a registered family, such
+    as Fast-dLLM's ``fastdllm_dream``, follows its conventions) or detected from the model.
 
     Examples:
         A toy loop that reveals one position per step with a greedy pick (a cooled sampler: effective temperature
@@ -421,20 +423,34 @@ def monitor_sampler(model: nn.Module, run: Callable[[], Any], monitor: ChainMoni
     size = _vocab_size(model)
     if mask_id is not None and size is not None and mask_id >= size:
         raise ValueError(f"mask_id: {mask_id} is not an id of the model's {size}-token vocabulary")
-    family = detect_family(model)
+    if family is not None and family not in FAMILIES:
+        raise ValueError(f"family must be one of {sorted(FAMILIES)}, got {family!r}")
+    detected = detect_family(model)
+    check_named_family(FAMILIES[family] if family is not None else None, detected, model)
+    chosen = FAMILIES[family] if family is not None else detected
+    if mask_id is None and denoiser is not None:
+        mask_id = denoiser.vocab.mask_id
     if mask_id is None:
-        if family is None:
-            raise ValueError(f"mask_id: a {type(model).__name__} is no known diffusion family, so its mask id is "
-                             "unknown; pass mask_id=")
-        mask_id = family_mask_id(family, model)
-    shift = logit_shift if logit_shift is not None else (family.logit_shift if family is not None else 0)
+        if chosen is None:
+            raise ValueError(f"mask_id: a {type(model).__name__} (model_type "
+                             f"{getattr(getattr(model, 'config', None), 'model_type', None)!r}) is no known diffusion "
+                             "family, so its mask id is unknown; pass family= naming the family it follows (one of "
+                             f"{sorted(FAMILIES)}) or mask_id= (and logit_shift=)")
+        mask_id = family_mask_id(chosen, model)
+    if logit_shift is None:
+        logit_shift = int(getattr(denoiser, "logit_shift", 0)) if denoiser is not None else (
+            chosen.logit_shift if chosen is not None else 0)
+    elif denoiser is not None and logit_shift != int(getattr(denoiser, "logit_shift", 0)):
+        raise ValueError(f"logit_shift: {logit_shift} disagrees with the denoiser's {denoiser.logit_shift}; the watch "
+                         "and the denoiser would read each position's logits at different places; leave one out")
+    shift = logit_shift
     measure = None
     if parallel:
         if isinstance(parallel_samples, bool) or not isinstance(parallel_samples, int) or parallel_samples < 2:
             raise ValueError(f"parallel_samples must be an integer >= 2, got {parallel_samples!r}")
         if denoiser is None:
             try:
-                denoiser = denoiser_for(model)
+                denoiser = denoiser_for(model, family=family)
             except ValueError as error:
                 raise ValueError(f"denoiser: parallel=True reads the model's conditionals, and {error}; pass "
                                  "denoiser=") from None
