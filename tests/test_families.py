@@ -18,7 +18,7 @@ from mlm_dynamics.models.huggingface import dtype_argument
 from mlm_dynamics.sampling.blocks import BlockSchedule
 from mlm_dynamics.sampling.categorical import tempered_log_probs
 from mlm_dynamics.sampling.coupling import randomize_sites
-from mlm_dynamics.tracking.sampler_monitor import monitor_sampler
+from mlm_dynamics.tracking.sampler_monitor import ORDER, TIE, monitor_sampler
 
 HF_FAMILIES = ("llada", "dream", "mdlm", "bd3lm")
 EOS = 2
@@ -376,7 +376,48 @@ def test_the_monitor_measures_each_steps_parallel_commit_on_llada_and_dream(dire
             assert 0 <= step["first_order"] <= 1
         summary = trace.summary()
         assert summary["parallel_k_mean"] == 2 and 0 < summary["parallel_tv_max"] <= 1
-        assert summary["parallel_seconds"] > 0
+        assert summary["parallel_seconds"] > 0 and trace.parallel_order == ORDER
+    # on request, the error between the assumed order and the reversed one, as parallel_commit_error gives it
+    spread = monitor_sampler(model, run, parallel=True, order_spread=True)
+    for t, step in enumerate(spread.parallel):
+        after = states[t + 1] if t + 1 < len(states) else final
+        positions = ((states[t] == build.MASK_ID) & (after != build.MASK_ID)).nonzero()[:, 1].view(3, 2)
+        expected = parallel_commit_error(denoiser, states[t], positions, orders=1, order="confidence",
+                                         attention_mask=mask)
+        assert step["order_spread_max"] == pytest.approx(float(expected.order_spread.max()), abs=1e-9)
+        gaps = expected.confidence.sort(1, descending=True).values.diff(dim=1).abs()
+        assert step["near_ties"] == float((gaps < TIE).any(1).double().mean())
+
+
+def test_near_ties_in_the_commit_order_are_flagged():
+    """A toy whose every position has the same law: each step's two committed positions are tied in confidence,
+    so the order a sampler commits them in is a coin toss; every step says so (near_ties 1)."""
+    from mlm_dynamics.models.base import VocabInfo
+    from mlm_dynamics.models.full_sequence import FullSequenceDenoiser
+
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.randn(5, 5, generator=torch.Generator().manual_seed(0)))
+
+        def forward(self, x):  # every position: the same logits, from the counts of the tokens in the row
+            counts = torch.nn.functional.one_hot(x, 5).float().sum(1)
+            return (counts @ self.weight)[:, None, :].expand(-1, x.shape[1], -1)
+
+    model = Tied()
+
+    def sample():
+        x = torch.full((3, 4), 4)
+        for k in (0, 2):
+            logits = model(x)
+            x[:, k:k + 2] = logits[:, k:k + 2, :4].argmax(-1)
+        return x
+
+    denoiser = FullSequenceDenoiser(model, VocabInfo(size=5, mask_id=4))
+    trace = monitor_sampler(model, sample, mask_id=4, parallel=True, denoiser=denoiser, order_spread=True)
+    assert [step["near_ties"] for step in trace.parallel] == [1.0, 1.0]
+    assert trace.summary()["parallel_near_ties"] == 1.0 and all(step["order_spread_max"] >= 0
+                                                                 for step in trace.parallel)
 
 
 def test_a_sampler_that_calls_forward_directly_is_watched_and_the_model_is_restored(directories):

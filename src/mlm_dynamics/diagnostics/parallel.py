@@ -99,6 +99,9 @@ class ParallelCommitError:
         level: the intervals' level; forward_rows: rows through the model (with ``first_order``'s).
         first_order: the influence estimate of the same set from the same root forward (:func:`first_order_error`),
             where ``top_m`` was given.
+        confidence: ``[B, K]`` each position's confidence ``c_i`` under the sampler's law with the whole set masked,
+            in the order of ``positions`` (two nearly equal ones: a near-tie, whose commit order a sampler may take
+            either way).
     """
 
     positions: Tensor
@@ -119,6 +122,7 @@ class ParallelCommitError:
     level: float
     forward_rows: int
     first_order: FirstOrderError | None = None
+    confidence: Tensor | None = None
 
     def summary(self) -> dict[str, float]:
         """Means over rows of ``tv``, its interval ends, ``kl``, ``disagreement``, ``order_spread`` and the
@@ -427,7 +431,7 @@ def _commit_error(tree: _Tree, *, orders: int, samples: int, max_rows: int, leve
                                    disagreement=disagreement, disagreement_low=disagreement,
                                    disagreement_high=disagreement, order_spread=spread, order_spread_high=spread,
                                    certificate=certificate, exact=True, samples=0, level=level,
-                                   forward_rows=tree.rows)
+                                   forward_rows=tree.rows, confidence=confidences(tree.root))
     uniforms = torch.rand(batch, samples, k_total, generator=generator, device=device, dtype=torch.float64)
     given = sequence[0]
     values, logq, agree, last = _draw(tree, given, uniforms)
@@ -456,7 +460,8 @@ def _commit_error(tree: _Tree, *, orders: int, samples: int, max_rows: int, leve
                                kl_low=torch.where(finite, kl - half, nan), kl_high=torch.where(finite, kl + half, nan),
                                disagreement=mismatch.mean(-1), disagreement_low=d_low, disagreement_high=d_high,
                                order_spread=spread, order_spread_high=spread_high, certificate=certificate,
-                               exact=False, samples=samples, level=level, forward_rows=tree.rows)
+                               exact=False, samples=samples, level=level, forward_rows=tree.rows,
+                               confidence=confidences(tree.root))
 
 
 @dataclass

@@ -72,9 +72,13 @@ class SamplerTrace:
             of the error of committing the row's set at once; 0 for a single position), ``tv_low``/``tv_high`` (its
             interval, means), ``tv_max``, ``first_order`` (influence estimate, mean), ``certificate`` (mean
             Frechet-Hoeffding certificate), ``violated`` (fraction of rows whose error exceeds it for sure) and
-            ``exact`` (1 when every set was enumerated).
+            ``exact`` (1 when every set was enumerated), ``near_ties`` (fraction of rows with two committed
+            positions whose confidences differ by less than :data:`TIE`: their order, and so the error, may go either
+            way) and, with ``order_spread=True``, ``order_spread``/``order_spread_max`` (the error between the assumed
+            order and the reversed one, mean and largest over rows).
         parallel_seconds: the time the parallel measurement took (the sampler's own time excluded).
         parallel_problem: why the parallel measurement stopped (warned once), ``None`` when it ran at every step.
+        parallel_order: the commit order the parallel measurement assumed (:data:`ORDER`).
     """
 
     steps: int = 0
@@ -90,12 +94,14 @@ class SamplerTrace:
     parallel: list[dict[str, float]] = field(default_factory=list)
     parallel_seconds: float = 0.0
     parallel_problem: str | None = None
+    parallel_order: str | None = None
 
     def summary(self) -> dict[str, float]:
         """``steps``, ``committed``, ``overwritten`` (totals), ``overwrite_fraction`` (of commits), the final width and
         the effective temperature; with ``parallel``: ``parallel_k_mean``, ``parallel_k_max``, ``parallel_tv_mean``
         (over steps), ``parallel_tv_max``, ``parallel_tv_high_max``, ``parallel_first_order_max``,
-        ``parallel_certificate_violated`` (mean over steps of the fraction of rows) and ``parallel_seconds``."""
+        ``parallel_certificate_violated`` and ``parallel_near_ties`` (means over steps of the fraction of rows),
+        ``parallel_order_spread_max`` (with ``order_spread=True``) and ``parallel_seconds``."""
         committed, overwritten = sum(self.committed), sum(self.overwritten)
         out = {"steps": float(self.steps), "committed": float(committed), "overwritten": float(overwritten),
                "overwrite_fraction": overwritten / committed if committed else math.nan,
@@ -111,7 +117,10 @@ class SamplerTrace:
                         "parallel_tv_high_max": float(column("tv_high").max()),
                         "parallel_first_order_max": float(column("first_order").max()),
                         "parallel_certificate_violated": float(column("violated").mean()),
+                        "parallel_near_ties": float(column("near_ties").mean()),
                         "parallel_seconds": self.parallel_seconds})
+            if "order_spread" in self.parallel[0]:
+                out["parallel_order_spread_max"] = float(column("order_spread_max").max())
         return out
 
 
@@ -151,11 +160,22 @@ def _row_mask(args: tuple[Any, ...], kwargs: dict[str, Any], tokens: Tensor) -> 
     return None
 
 
-class _Parallel:
-    """The per-step parallel measurement (``monitor_sampler(parallel=True)``)."""
+TIE = 1e-4
+"""Two committed positions whose confidences differ by less than this are a near-tie: float rounding, another
+batch shape or bf16 can put either first, and the error may depend on which."""
 
-    def __init__(self, denoiser: Denoiser, temperature: float, samples: int, top_m: int) -> None:
+ORDER = "most confident first (the sampler's own order is not visible to the watch)"
+"""The commit order the parallel measurement assumes within a step."""
+
+
+class _Parallel:
+    """The per-step parallel measurement (``monitor_sampler(parallel=True)``); ``order_spread``: also the largest
+    error between the assumed order and the reversed one, per row."""
+
+    def __init__(self, denoiser: Denoiser, temperature: float, samples: int, top_m: int,
+                 order_spread: bool = False) -> None:
         self.denoiser, self.temperature, self.samples, self.top_m = denoiser, temperature, samples, top_m
+        self.orders = 1 if order_spread else 0
         self.generator = torch.Generator(device=denoiser.device).manual_seed(0)
 
     def measure(self, before: Tensor, committed: Tensor, mask: Tensor | None) -> dict[str, float]:
@@ -164,17 +184,22 @@ class _Parallel:
         counts = committed.sum(1)
         zeros = torch.zeros(len(counts), dtype=torch.float64)
         tv, low, high, first, certificate = zeros.clone(), zeros.clone(), zeros.clone(), zeros.clone(), zeros.clone()
+        ties, spread = torch.zeros(len(counts), dtype=torch.bool), torch.full((len(counts),), math.nan,
+                                                                             dtype=torch.float64)
         exact = True
         for k in sorted(set(counts.tolist()) - {0, 1}):
             rows = (counts == k).nonzero().squeeze(1)
             positions = committed[rows].nonzero()[:, 1].view(len(rows), k).to(device)
             tokens = before[rows].to(device)
             row_mask = None if mask is None else mask[rows].to(device)
-            error = parallel_commit_error(self.denoiser, tokens, positions, temperature=self.temperature, orders=0,
-                                          samples=self.samples, order="confidence", generator=self.generator,
-                                          attention_mask=row_mask, top_m=self.top_m)
-            assert error.first_order is not None  # asked for with top_m
+            error = parallel_commit_error(self.denoiser, tokens, positions, temperature=self.temperature,
+                                          orders=self.orders, samples=self.samples, order="confidence",
+                                          generator=self.generator, attention_mask=row_mask, top_m=self.top_m)
+            assert error.first_order is not None and error.confidence is not None  # asked for with top_m
             estimate = error.first_order
+            gaps = error.confidence.sort(1, descending=True).values.diff(dim=1).abs()  # [N, k - 1]
+            ties[rows] = (gaps < TIE).any(1).cpu()
+            spread[rows] = error.order_spread.cpu()
             tv[rows], low[rows], high[rows] = error.tv.cpu(), error.tv_low.cpu(), error.tv_high.cpu()
             first[rows], certificate[rows] = estimate.estimate.cpu(), error.certificate.cpu()
             exact &= error.exact
@@ -186,7 +211,11 @@ class _Parallel:
                 "first_order": float(first.mean()),
                 "certificate": float(certificate[measured].mean()) if bool(measured.any()) else math.nan,
                 "violated": float((low[measured] > certificate[measured] + 1e-12).double().mean())
-                if bool(measured.any()) else 0.0, "exact": float(exact)}
+                if bool(measured.any()) else 0.0, "exact": float(exact),
+                "near_ties": float(ties[measured].double().mean()) if bool(measured.any()) else 0.0,
+                **({"order_spread": float(spread[measured].mean()) if bool(measured.any()) else 0.0,
+                    "order_spread_max": float(spread[measured].max()) if bool(measured.any()) else 0.0}
+                   if self.orders else {})}
 
 
 def _vocab_size(model: nn.Module) -> int | None:
@@ -378,13 +407,16 @@ class _Watcher:
 def monitor_sampler(model: nn.Module, run: Callable[[], Any], monitor: ChainMonitor | None = None, *,
                     mask_id: int | None = None, logit_shift: int | None = None,
                     temperature: float = 1.0, parallel: bool = False, parallel_samples: int = 64,
-                    top_m: int = 8, denoiser: Denoiser | None = None, family: str | None = None) -> SamplerTrace:
+                    top_m: int = 8, denoiser: Denoiser | None = None, family: str | None = None,
+                    order_spread: bool = False) -> SamplerTrace:
     """Run ``run()`` (a sampler calling ``model``, unmodified) and watch each of its denoising steps; see the module
     docstring. ``temperature``: the temperature the sampler draws at (the reference of the effective temperature and
     of the parallel measurement; 0 for a greedy sampler, whose commits are checked against their argmax).
     ``parallel``: measure each step's committed sets (``parallel_samples`` Monte Carlo draws where the tree is large,
     ``top_m`` values per position for the influence estimate) through ``denoiser`` (default: the model's exact
-    adapter, :func:`~mlm_dynamics.models.families.denoiser_for`). Whatever fails inside the watch stops the watch
+    adapter, :func:`~mlm_dynamics.models.families.denoiser_for`), committed most confident first
+    (:attr:`SamplerTrace.parallel_order`; near-ties flagged per step); ``order_spread=True`` also measures the error
+    between that order and the reversed one (one more order's forwards). Whatever fails inside the watch stops the watch
     (:attr:`SamplerTrace.problem`, warned once); ``run()``'s output is always returned in
     :attr:`SamplerTrace.output`. The mask id and the logit shift come, first to last, from ``mask_id=`` and
     ``logit_shift=``, the ``denoiser=`` given, the family named by ``family=`` (a fork of a registered family, such
@@ -456,8 +488,9 @@ def monitor_sampler(model: nn.Module, run: Callable[[], Any], monitor: ChainMoni
                                  "denoiser=") from None
         if denoiser.vocab.mask_id != mask_id:
             raise ValueError(f"denoiser: its mask id {denoiser.vocab.mask_id} is not the sampler's {mask_id}")
-        measure = _Parallel(denoiser, temperature, parallel_samples, top_m)
+        measure = _Parallel(denoiser, temperature, parallel_samples, top_m, order_spread)
     watcher = _Watcher(mask_id, shift, temperature, monitor, measure)
+    watcher.trace.parallel_order = ORDER if measure is not None else None
     own = model.__dict__.get("forward")  # an instance attribute of its own, put back afterwards
     model.forward = watcher.watch(model.forward)
     try:
@@ -470,4 +503,4 @@ def monitor_sampler(model: nn.Module, run: Callable[[], Any], monitor: ChainMoni
     return watcher.finish(output)
 
 
-__all__ = ["SamplerTrace", "monitor_sampler"]
+__all__ = ["ORDER", "TIE", "SamplerTrace", "monitor_sampler"]
