@@ -389,6 +389,69 @@ def test_the_monitor_measures_each_steps_parallel_commit_on_llada_and_dream(dire
         assert step["near_ties"] == float((gaps < TIE).any(1).double().mean())
 
 
+def test_kv_cached_calls_are_placed_into_the_sequence_and_read_as_the_uncached_ones():
+    """A sampler built like Fast-dLLM's: per block a full call that fills the cache, then calls on the tail from the
+    block on (prefix cache) or on the block alone with replace_position (dual cache). On a model whose logits at a
+    position depend on that position only, the three loops draw the same tokens; watched, they give the same trace
+    (nothing overwritten, the same commits and effective temperature), where rows read position by position against
+    the whole sequence would count the window's tokens as overwritten. A cached call that cannot be placed stops the
+    watch with one warning, the output kept."""
+    from types import SimpleNamespace
+
+    class Local(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.randn(6, 6, generator=torch.Generator().manual_seed(2)))
+
+        def forward(self, input_ids, past_key_values=None, use_cache=False, replace_position=None):
+            return SimpleNamespace(logits=self.weight[input_ids], past_key_values=("cache",) if use_cache else None)
+
+    model, mask_id, prompt = Local(), 5, torch.tensor([[0, 1, 2], [3, 4, 0]])
+
+    def generate(cache):
+        x = torch.cat([prompt, torch.full((2, 8), mask_id)], 1)
+        generator = torch.Generator().manual_seed(0)
+        for block in range(2):
+            start, end = 3 + 4 * block, 7 + 4 * block
+            out = model(x, use_cache=True)
+            for step in range(2):
+                logits = out.logits.clone()
+                if step and cache == "prefix":
+                    logits[:, start:] = model(x[:, start:], past_key_values=out.past_key_values, use_cache=True).logits
+                elif step and cache == "dual":
+                    replace = torch.zeros(1, x.shape[1], dtype=torch.bool)
+                    replace[:, start:end] = True
+                    logits[:, start:end] = model(x[:, start:end], past_key_values=out.past_key_values, use_cache=True,
+                                                 replace_position=replace).logits
+                elif step:
+                    logits = model(x).logits
+                noise = torch.rand(logits.shape, generator=generator).clamp_min(1e-30)
+                draws = (logits[..., :mask_id] - (-noise[..., :mask_id].log()).log()).argmax(-1)
+                confidence = logits[..., :mask_id].softmax(-1).gather(-1, draws[..., None]).squeeze(-1)
+                confidence = torch.where(x == mask_id, confidence, -torch.inf)
+                confidence[:, :start], confidence[:, end:] = -torch.inf, -torch.inf
+                chosen = confidence.topk(2, dim=1).indices
+                x = x.scatter(1, chosen, draws.gather(1, chosen))
+        return x
+
+    plain = monitor_sampler(model, lambda: generate(None), mask_id=mask_id)
+    assert plain.problem is None and sum(plain.overwritten) == 0 and sum(plain.committed) == 16
+    for cache in ("prefix", "dual"):
+        trace = monitor_sampler(model, lambda cache=cache: generate(cache), mask_id=mask_id)
+        assert trace.problem is None and torch.equal(trace.final, plain.final)
+        assert trace.committed == plain.committed and trace.overwritten == plain.overwritten
+        assert trace.effective == pytest.approx(plain.effective)
+
+    def unplaced():  # a cached call before the sequence was ever seen whole, and wider than it
+        model(torch.full((2, 4), mask_id), use_cache=True)
+        model(torch.full((2, 6), mask_id), past_key_values=("cache",))
+        return prompt
+
+    with pytest.warns(RuntimeWarning, match="a KV-cached call at step 2 on 6 positions that no earlier full call"):
+        trace = monitor_sampler(model, unplaced, mask_id=mask_id)
+    assert torch.equal(trace.output, prompt)
+
+
 def test_near_ties_in_the_commit_order_are_flagged():
     """A toy whose every position has the same law: each step's two committed positions are tied in confidence,
     so the order a sampler commits them in is a coin toss; every step says so (near_ties 1)."""

@@ -11,7 +11,10 @@ temperature** of the committed tokens against the step's own logits
 is a cooled sampler, whatever temperature it draws at. The final state (``run()``'s return value) is always
 observed, also when it falls between observation steps. A sequence that grows (semi-autoregressive samplers: BD3-LM
 appends blocks) is compared on its common prefix, and a :class:`~.monitor.ChainMonitor` restarts a phase at each new
-width (``width{L}``).
+width (``width{L}``). A call with a KV cache (``past_key_values``: Fast-dLLM's prefix cache calls the model on the
+sequence's tail from the current block on, its dual cache on the block alone, marked by ``replace_position``) is
+placed into the whole sequence as the last call left it; a commit where no call computed logits, or a window that
+cannot be placed, stops the watch with one warning instead of reading misaligned rows.
 
 With ``parallel=True`` each step's committed set is also measured against the model itself
 (:func:`~mlm_dynamics.diagnostics.parallel.parallel_commit_error`): per row, the error of committing those positions
@@ -241,6 +244,7 @@ class _Watcher:
         self.previous: tuple[Tensor, Tensor] | None = None  # tokens, logits at their masked positions ([N, V])
         self.total, self.squares = torch.zeros((), dtype=torch.float64), torch.zeros((), dtype=torch.float64)
         self.expected = torch.zeros(len(TEMPERATURE_GRID), dtype=torch.float64)
+        self.full: Tensor | None = None  # the whole sequence as the last call left it (a cached call's window in)
         self.count = 0
         self.argmax = 0  # temperature 0: commits that were their position's argmax
         self.unread = 0  # outermost calls whose tokens [B, L] (integers) or logits [B, L, V] could not be read
@@ -281,11 +285,44 @@ class _Watcher:
                                   f"watch stopped there, the sampler ran on")
             return
         logits = logits.detach()
+        if kwargs.get("past_key_values") is not None:  # a KV-cached call on a window of the sequence
+            placed = self._place(tokens.detach(), logits, kwargs.get("replace_position"))
+            if placed is None:
+                return
+            tokens, logits = placed
+        self.full = tokens.detach().to("cpu", copy=True)
         if self.shift:  # position i is predicted at i - shift
             logits = torch.cat([logits[:, : self.shift], logits[:, : -self.shift]], dim=1)
         mask = _row_mask(args, kwargs, tokens)
         self.step(tokens.detach(), logits)
         self.row_mask = None if mask is None else mask.detach().cpu()
+
+    def _place(self, window: Tensor, logits: Tensor, replace: Any) -> tuple[Tensor, Tensor] | None:
+        """A call on a window of the sequence with a KV cache (Fast-dLLM's prefix cache: the suffix from the current
+        block on; its dual cache: the block, where ``replace_position`` marks it): the full sequence as the last
+        full call left it with the window written in, and logits with the window's rows in place (NaN elsewhere:
+        never computed, so a commit there stops the watch). ``None`` (the watch stopped, said once) where the window
+        cannot be placed."""
+        full, width = self.full, window.shape[1]
+        if full is None:  # the first call, with a cache it is about to fill: the whole sequence
+            return window, logits
+        if full.shape[0] != window.shape[0] or width > full.shape[1]:
+            self.trace.problem = (f"a KV-cached call at step {self.trace.steps + 1} on {width} positions that no "
+                                  "earlier full call places: the watch stopped there, the sampler ran on")
+            return None
+        offset = full.shape[1] - width  # the prefix cache: the window is the sequence's tail
+        if isinstance(replace, Tensor) and replace.dtype == torch.bool and replace.shape[-1] == full.shape[1]:
+            columns = replace.reshape(-1, full.shape[1])[0].nonzero().squeeze(1).cpu()
+            if len(columns) != width or (len(columns) and bool((columns.diff() != 1).any())):
+                self.trace.problem = (f"replace_position marks {len(columns)} positions for a window of {width} at "
+                                      f"step {self.trace.steps + 1}: the watch stopped there, the sampler ran on")
+                return None
+            offset = int(columns[0]) if len(columns) else offset
+        tokens = full.to(window.device).clone()
+        tokens[:, offset:offset + width] = window
+        placed = logits.new_full((*tokens.shape, logits.shape[-1]), math.nan)
+        placed[:, offset:offset + width] = logits
+        return tokens, placed
 
     def step(self, tokens: Tensor, logits: Tensor | None) -> None:
         """Account the transition from the previous step to ``tokens``; keep ``tokens`` and its masked logits."""
@@ -315,6 +352,9 @@ class _Watcher:
             index = torch.zeros_like(before, dtype=torch.bool)
             index[:, :width] = committed
             chosen = index[before == self.mask_id]  # logits rows follow the previous masked positions, row-major
+            if bool(logits[chosen].isnan().all(-1).any()):
+                raise ValueError("a position was committed whose logits the sampler's last (KV-cached) call did not "
+                                 "compute, so its law is unknown")
             draws = now[committed]
             if self.temperature == 0:  # a greedy sampler: is each commit its position's argmax?
                 self.argmax += int((logits[chosen].argmax(-1).cpu() == draws).sum())
