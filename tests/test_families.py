@@ -452,6 +452,39 @@ def test_kv_cached_calls_are_placed_into_the_sequence_and_read_as_the_uncached_o
     assert torch.equal(trace.output, prompt)
 
 
+def test_a_nucleus_sampler_is_measured_against_its_truncated_law():
+    """Draws from the top-p = 0.5 nucleus of each position's law: measured against the untruncated law they look like
+    a cooled sampler (surprisal gap below -4 standard errors); told top_p, the monitor finds them as surprising as
+    their own law makes them (gap within 4 standard errors: a z-score of an honest sampler exceeds 4 with probability
+    6e-5)."""
+    from mlm_dynamics.sampling.categorical import tempered_log_probs
+
+    class Fixed(torch.nn.Module):  # each position's logits fixed, whatever the tokens
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.randn(10, 40, generator=torch.Generator().manual_seed(4)))
+
+        def forward(self, x):
+            return self.weight[None].expand(len(x), -1, -1)
+
+    model, mask_id = Fixed(), 39
+    allowed = torch.arange(40) != mask_id
+
+    def nucleus():
+        generator, x = torch.Generator().manual_seed(0), torch.full((300, 10), mask_id)
+        for k in range(10):
+            law = tempered_log_probs(model(x)[:, k], allowed, 1.0, top_p=0.5).exp()
+            x[:, k] = torch.multinomial(law, 1, generator=generator).squeeze(1)
+        return x
+
+    untruncated = monitor_sampler(model, nucleus, mask_id=mask_id)
+    told = monitor_sampler(model, nucleus, mask_id=mask_id, top_p=0.5)
+    assert untruncated.effective["surprisal_gap_z"] < -4
+    assert abs(told.effective["surprisal_gap_z"]) < 4
+    with pytest.raises(ValueError, match="top_p must lie in"):
+        monitor_sampler(model, nucleus, mask_id=mask_id, top_p=1.5)
+
+
 def test_near_ties_in_the_commit_order_are_flagged():
     """A toy whose every position has the same law: each step's two committed positions are tied in confidence,
     so the order a sampler commits them in is a coin toss; every step says so (near_ties 1)."""

@@ -50,6 +50,7 @@ from ..diagnostics.decoding import TEMPERATURE_GRID, effective_temperature_from,
 from ..diagnostics.parallel import parallel_commit_error
 from ..models.base import Denoiser
 from ..models.families import FAMILIES, check_named_family, denoiser_for, detect_family, family_mask_id
+from ..sampling.categorical import check_truncation, tempered_log_probs
 from .monitor import ChainMonitor
 
 
@@ -176,8 +177,9 @@ class _Parallel:
     error between the assumed order and the reversed one, per row."""
 
     def __init__(self, denoiser: Denoiser, temperature: float, samples: int, top_m: int,
-                 order_spread: bool = False) -> None:
+                 order_spread: bool = False, top_k: int | None = None, top_p: float | None = None) -> None:
         self.denoiser, self.temperature, self.samples, self.top_m = denoiser, temperature, samples, top_m
+        self.top_k, self.top_p = top_k, top_p
         self.orders = 1 if order_spread else 0
         self.generator = torch.Generator(device=denoiser.device).manual_seed(0)
 
@@ -196,8 +198,9 @@ class _Parallel:
             tokens = before[rows].to(device)
             row_mask = None if mask is None else mask[rows].to(device)
             error = parallel_commit_error(self.denoiser, tokens, positions, temperature=self.temperature,
-                                          orders=self.orders, samples=self.samples, order="confidence",
-                                          generator=self.generator, attention_mask=row_mask, top_m=self.top_m)
+                                          top_k=self.top_k, top_p=self.top_p, orders=self.orders,
+                                          samples=self.samples, order="confidence", generator=self.generator,
+                                          attention_mask=row_mask, top_m=self.top_m)
             assert error.first_order is not None and error.confidence is not None  # asked for with top_m
             estimate = error.first_order
             gaps = error.confidence.sort(1, descending=True).values.diff(dim=1).abs()  # [N, k - 1]
@@ -235,8 +238,9 @@ class _Watcher:
     """The watch's state: the previous step's tokens and logits, and the running sums."""
 
     def __init__(self, mask_id: int, shift: int, temperature: float, monitor: ChainMonitor | None,
-                 parallel: _Parallel | None = None) -> None:
+                 parallel: _Parallel | None = None, top_k: int | None = None, top_p: float | None = None) -> None:
         self.mask_id, self.shift, self.temperature, self.monitor = mask_id, shift, temperature, monitor
+        self.top_k, self.top_p = top_k, top_p
         self.parallel = parallel
         self.row_mask: Tensor | None = None  # the padding of the step being accounted (for the parallel measure)
         self.depth, self.busy = 0, False
@@ -359,7 +363,12 @@ class _Watcher:
             if self.temperature == 0:  # a greedy sampler: is each commit its position's argmax?
                 self.argmax += int((logits[chosen].argmax(-1).cpu() == draws).sum())
             else:
-                total, squares, expected = surprisal_statistics(logits[chosen], draws, self.temperature)
+                rows = logits[chosen]
+                if self.top_k is not None or self.top_p is not None:  # the law the sampler draws from: truncated
+                    allowed = torch.ones(rows.shape[-1], dtype=torch.bool, device=rows.device)
+                    kept = tempered_log_probs(rows, allowed, self.temperature, top_k=self.top_k, top_p=self.top_p)
+                    rows = rows.masked_fill(kept == -math.inf, -math.inf)
+                total, squares, expected = surprisal_statistics(rows, draws, self.temperature)
                 self.total, self.squares = self.total + total, self.squares + squares
                 self.expected = self.expected + expected
             self.count += int(committed.sum())
@@ -448,10 +457,12 @@ def monitor_sampler(model: nn.Module, run: Callable[[], Any], monitor: ChainMoni
                     mask_id: int | None = None, logit_shift: int | None = None,
                     temperature: float = 1.0, parallel: bool = False, parallel_samples: int = 64,
                     top_m: int = 8, denoiser: Denoiser | None = None, family: str | None = None,
-                    order_spread: bool = False) -> SamplerTrace:
+                    order_spread: bool = False, top_k: int | None = None, top_p: float | None = None
+                    ) -> SamplerTrace:
     """Run ``run()`` (a sampler calling ``model``, unmodified) and watch each of its denoising steps; see the module
     docstring. ``temperature``: the temperature the sampler draws at (the reference of the effective temperature and
-    of the parallel measurement; 0 for a greedy sampler, whose commits are checked against their argmax).
+    of the parallel measurement; 0 for a greedy sampler, whose commits are checked against their argmax);
+    ``top_k``/``top_p``: the sampler's truncation (nucleus sampling), the law both measure against.
     ``parallel``: measure each step's committed sets (``parallel_samples`` Monte Carlo draws where the tree is large,
     ``top_m`` values per position for the influence estimate) through ``denoiser`` (default: the model's exact
     adapter, :func:`~mlm_dynamics.models.families.denoiser_for`), committed most confident first
@@ -486,6 +497,7 @@ def monitor_sampler(model: nn.Module, run: Callable[[], Any], monitor: ChainMoni
             or temperature < 0:
         raise ValueError(f"temperature must be the sampler's temperature, a finite number >= 0 (0: greedy, argmax "
                          f"commits), got {temperature!r}")
+    check_truncation(top_k, top_p)
     if parallel and temperature == 0:
         raise ValueError("parallel: the error of committing several positions at once is measured against the "
                          "sampler's law, and a greedy sampler (temperature=0) has none yet; run without parallel=True "
@@ -528,8 +540,8 @@ def monitor_sampler(model: nn.Module, run: Callable[[], Any], monitor: ChainMoni
                                  "denoiser=") from None
         if denoiser.vocab.mask_id != mask_id:
             raise ValueError(f"denoiser: its mask id {denoiser.vocab.mask_id} is not the sampler's {mask_id}")
-        measure = _Parallel(denoiser, temperature, parallel_samples, top_m, order_spread)
-    watcher = _Watcher(mask_id, shift, temperature, monitor, measure)
+        measure = _Parallel(denoiser, temperature, parallel_samples, top_m, order_spread, top_k, top_p)
+    watcher = _Watcher(mask_id, shift, temperature, monitor, measure, top_k, top_p)
     watcher.trace.parallel_order = ORDER if measure is not None else None
     own = model.__dict__.get("forward")  # an instance attribute of its own, put back afterwards
     model.forward = watcher.watch(model.forward)
