@@ -268,7 +268,8 @@ def test_certificates_hold_for_compatible_conditionals_and_fail_for_impossible_m
     assert profile.tv[0, 1].item() == pytest.approx(0.905) and profile.certificate[0, 1].item() == pytest.approx(0.1)
     summary = profile.summary()
     assert summary["threshold0.9/k"] == 2 and summary["threshold0.9/violated"] == 1.0
-    assert summary["k_for_tv0.05"] == 1 and summary["threshold_for_tv0.05"] == pytest.approx(0.95)
+    # the two are tied at 0.95, so a threshold of 0.95 commits both: the one setting that keeps 0.05 is 1 (one a step)
+    assert summary["k_for_tv0.05"] == 1 and summary["threshold_for_tv0.05"] == 1.0
     g = torch.Generator().manual_seed(3)
     couplings = torch.randn(6, 6, 3, 3, generator=g)
     mrf = PairwiseMRFDenoiser(torch.randn(6, 3, generator=g) * 2, (couplings + couplings.permute(1, 0, 3, 2)) / 2)
@@ -323,3 +324,43 @@ def test_the_parallel_decoding_job_on_a_diffusion_fixture_and_the_control(tmp_pa
     assert {p.name for p in (out / "figures").iterdir()} == {"parallel-error-by-k.png",
                                                             "parallel-error-by-threshold.png"}
     assert "Parallel decoding" in (out / "report.html").read_text()
+
+
+def _profile(confidence, tv_high, targets=(0.05,)):
+    """A profile with given confidences [B, M] and error upper ends [B, max_k] (the estimates equal to them)."""
+    from mlm_dynamics.diagnostics.parallel import ConfidenceProfile
+
+    tv = torch.as_tensor(tv_high, dtype=torch.float64)
+    return ConfidenceProfile(positions=torch.arange(len(confidence[0])).expand(len(confidence), -1),
+                             confidence=torch.as_tensor(confidence, dtype=torch.float64), tv=tv, tv_low=tv,
+                             tv_high=tv, first_order=tv, certificate=tv,
+                             exact=torch.ones(tv.shape[1], dtype=torch.bool), rules=(), targets=tuple(targets),
+                             level=0.95, forward_rows=0)
+
+
+def test_the_advice_is_one_setting_chosen_on_some_rows_and_checked_on_the_others():
+    """Two kinds of rows, alternating: confident ones (0.99, 0.95, 0.9) where two at once is fine and three is not,
+    and unsure ones (0.99, 0.3, 0.2) where even three is fine. Each row's own threshold is 0.95 or 0.2; their mean,
+    0.575, the old advice, used as the one threshold commits three on every confident row: the target kept on half
+    the rows. The setting, chosen on the first ten rows and checked on the other ten, is threshold 0.95 and K = 2,
+    kept on all held-out rows (Clopper-Pearson lower limit 0.05^(1/10) at 95 %). One unsure held-out row made bad
+    at two shows the check is on the held-out rows, not the chosen ones."""
+    confident, unsure = [0.99, 0.95, 0.9], [0.99, 0.3, 0.2]
+    confidence = torch.tensor([confident if r % 2 == 0 else unsure for r in range(20)], dtype=torch.float64)
+    tv_high = torch.tensor([[0.0, 0.01, 0.3] if r % 2 == 0 else [0.0, 0.01, 0.02] for r in range(20)])
+    profile = _profile(confidence, tv_high)
+    per_row = profile.keep(0.05)[1]
+    assert per_row.tolist() == pytest.approx([0.95, 0.2] * 10) and float(per_row.mean()) == pytest.approx(0.575)
+    by_mean = profile._kept(torch.arange(20), rule_commit_count(profile.confidence, "threshold", 0.575), 0.05)
+    assert float(by_mean.double().mean()) == 0.5
+    setting = profile.setting(0.05, share=0.9)
+    assert (setting.threshold, setting.k, setting.chosen_on, setting.checked_on) == (0.95, 2, 10, 10)
+    assert setting.threshold_share == setting.k_share == 1.0
+    assert setting.k_share_low == pytest.approx(0.05 ** (1 / 10))
+    summary = profile.summary()
+    assert (summary["threshold_for_tv0.05"], summary["k_for_tv0.05"], summary["k_share_for_tv0.05"]) == (0.95, 2, 1)
+    tv_high[13, 1] = 0.3  # a held-out row where two at once is off: the held-out share says so
+    checked = _profile(confidence, tv_high).setting(0.05, share=0.9)
+    assert (checked.threshold, checked.k) == (0.95, 2) and checked.k_share == 0.9 and checked.threshold_share == 1.0
+    with pytest.raises(ValueError, match="share must lie in"):
+        profile.setting(0.05, share=1.0)

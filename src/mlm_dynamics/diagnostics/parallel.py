@@ -79,6 +79,7 @@ from ..models.base import Denoiser, check_attention_mask, require_integer
 from ..models.toy import enumerate_states
 from ..sampling.categorical import check_temperature, check_truncation, inverse_cdf, tempered_log_probs
 from .means import betting_interval
+from .witness import clopper_pearson_lower
 
 Law = Callable[[Tensor], Tensor]
 
@@ -558,6 +559,43 @@ def rule_commit_count(confidence: Tensor, rule: str, parameter: float) -> Tensor
     return keep.long().cumprod(1).sum(1).clamp_min(1)
 
 
+@dataclass(frozen=True)
+class DecodingSetting:
+    """For one error target: the one confidence threshold and the one K a sampler can be set to, chosen on some
+    rows of a :class:`ConfidenceProfile` and checked on the others (:meth:`ConfidenceProfile.setting`).
+
+    Attributes:
+        target: the error the setting keeps; share: the share of rows it must keep it on; level: the level of the
+            held-out share's lower limit.
+        threshold: commit every candidate whose confidence is at least this (the most confident one always); the
+            smallest such value that kept the error at or below ``target`` for sure (its interval's upper end) on at
+            least ``share`` of the rows it was chosen on, at every larger candidate value as well.
+        k: commit the ``k`` most confident; the largest with the same property.
+        chosen_on, checked_on: the rows it was chosen on and the held-out rows it was checked on.
+        threshold_share, k_share: the share of held-out rows whose error stayed at or below ``target`` for sure
+            (``nan`` without held-out rows); threshold_share_low, k_share_low: their Clopper-Pearson lower limits.
+    """
+
+    target: float
+    share: float
+    level: float
+    threshold: float
+    k: int
+    chosen_on: int
+    checked_on: int
+    threshold_share: float
+    threshold_share_low: float
+    k_share: float
+    k_share_low: float
+
+    def summary(self) -> dict[str, float]:
+        """``threshold``, ``k``, the held-out shares and their lower limits, and the row counts."""
+        return {"threshold": self.threshold, "k": float(self.k), "threshold_share": self.threshold_share,
+                "threshold_share_low": self.threshold_share_low, "k_share": self.k_share,
+                "k_share_low": self.k_share_low, "chosen_on": float(self.chosen_on),
+                "checked_on": float(self.checked_on)}
+
+
 @dataclass
 class ConfidenceProfile:
     """:func:`confidence_profile`: the error of committing a row's ``n`` most confident candidates at once, for
@@ -617,11 +655,56 @@ class ConfidenceProfile:
         k = ok.sum(1).clamp_min(1)
         return k, self.confidence.gather(1, (k - 1)[:, None])[:, 0]
 
+    def _kept(self, rows: Tensor, commits: Tensor, target: float) -> Tensor:
+        """Per row of ``rows``: whether committing its ``commits`` most confident candidates keeps the error at or
+        below ``target`` for sure; a row that would commit more than ``max_k`` (an error not measured) does not."""
+        k = commits.clamp(1, self.max_k)
+        return (self.tv_high[rows].gather(1, (k - 1)[:, None])[:, 0] <= target) & (commits <= self.max_k)
+
+    def setting(self, target: float, *, share: float = 0.9, level: float = 0.95) -> DecodingSetting:
+        """The one threshold and the one K for ``target`` (:class:`DecodingSetting`): chosen on the first half of the
+        rows (rounded up), checked on the rest. A setting, not a mean: each row's own :meth:`keep` would commit more
+        on some rows and pass the target on others. Cost: no forward."""
+        (target,) = check_targets([target], "target")
+        for name, value in (("share", share), ("level", level)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+                raise ValueError(f"{name} must lie in (0, 1), got {value!r}")
+        rows = self.confidence.shape[0]
+        chosen = torch.arange((rows + 1) // 2, device=self.confidence.device)
+        held = torch.arange((rows + 1) // 2, rows, device=self.confidence.device)
+
+        def commits(which: Tensor, threshold: float) -> Tensor:
+            return rule_commit_count(self.confidence[which], "threshold", threshold)
+
+        threshold = 1.0  # one position a step (the most confident is always committed), unless some are certain
+        for value in sorted(set(self.confidence[chosen].flatten().tolist()), reverse=True):
+            if float(self._kept(chosen, commits(chosen, value), target).double().mean()) < share:
+                break
+            threshold = value
+        k = 1
+        for n in range(2, self.max_k + 1):
+            if float(self._kept(chosen, torch.full((len(chosen),), n, device=chosen.device), target)
+                     .double().mean()) < share:
+                break
+            k = n
+
+        def checked(kept: Tensor) -> tuple[float, float]:
+            if not len(kept):
+                return math.nan, math.nan
+            return float(kept.double().mean()), clopper_pearson_lower(int(kept.sum()), len(kept), 1 - level)
+
+        threshold_share, threshold_low = checked(self._kept(held, commits(held, threshold), target))
+        k_share, k_low = checked(self._kept(held, torch.full((len(held),), k, device=held.device), target))
+        return DecodingSetting(target=target, share=float(share), level=float(level), threshold=float(threshold),
+                               k=k, chosen_on=len(chosen), checked_on=len(held), threshold_share=threshold_share,
+                               threshold_share_low=threshold_low, k_share=k_share, k_share_low=k_low)
+
     def summary(self) -> dict[str, float]:
         """Means over rows: ``tv_k{n}``, ``tv_high_k{n}``, ``first_order_k{n}``, ``certificate_k{n}`` for each ``n``;
         per rule ``{rule}{parameter}/k``, ``/tv``, ``/certificate``, ``/violated`` (fraction of rows), ``/capped``;
-        per target ``k_for_tv{target}`` and ``threshold_for_tv{target}``; ``exact`` (1 when every ``n`` was
-        enumerated) and ``forward_rows``."""
+        per target the :meth:`setting` (90 % of rows): ``k_for_tv{target}``, ``threshold_for_tv{target}`` and the
+        held-out shares they kept, ``k_share_for_tv{target}``, ``threshold_share_for_tv{target}``; ``exact`` (1
+        when every ``n`` was enumerated) and ``forward_rows``."""
         out: dict[str, float] = {}
         for n in range(1, self.max_k + 1):
             out[f"tv_k{n}"] = float(self.tv[:, n - 1].mean())
@@ -633,9 +716,11 @@ class ConfidenceProfile:
             for key in ("k", "tv", "certificate", "violated", "capped"):
                 out[f"{rule}{parameter:g}/{key}"] = float(outcome[key].double().mean())
         for target in self.targets:
-            k, threshold = self.keep(target)
-            out[f"k_for_tv{target:g}"] = float(k.double().mean())
-            out[f"threshold_for_tv{target:g}"] = float(threshold.mean())
+            setting = self.setting(target)
+            out[f"k_for_tv{target:g}"] = float(setting.k)
+            out[f"threshold_for_tv{target:g}"] = setting.threshold
+            out[f"k_share_for_tv{target:g}"] = setting.k_share
+            out[f"threshold_share_for_tv{target:g}"] = setting.threshold_share
         out["exact"] = float(bool(self.exact.all()))
         out["forward_rows"] = float(self.forward_rows)
         return out
@@ -738,6 +823,7 @@ __all__ = [
     "DEFAULT_RULES",
     "RULES",
     "ConfidenceProfile",
+    "DecodingSetting",
     "FirstOrderError",
     "ParallelCommitError",
     "check_commit_positions",

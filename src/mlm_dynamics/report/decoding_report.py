@@ -53,7 +53,10 @@ def _row(result: DecodingResult) -> dict[str, Any]:
         shown[f"error K={n}"] = f"{summary[f'tv_k{n}']:.3g} [{summary[f'tv_low_k{n}']:.3g}, " \
                                 f"{summary[f'tv_high_k{n}']:.3g}]"
     for target in result.profile.targets:
-        shown[f"K for error <= {target:g}"] = summary[f"k_for_tv{target:g}"]
+        setting = result.profile.setting(target)
+        share = "no held-out rows" if setting.checked_on == 0 else (
+            f"kept on {setting.k_share:.0%} / {setting.threshold_share:.0%} of {setting.checked_on} held-out rows")
+        shown[f"setting for error <= {target:g}"] = f"K {setting.k}, threshold {setting.threshold:.3g} ({share})"
     violated = [f"{rule} {parameter:g}" for rule, parameter in result.profile.rules
                 if summary[f"{rule}{parameter:g}/violated"] > 0]
     shown["certificates violated"] = ", ".join(violated) or "none"
@@ -80,7 +83,8 @@ def parallel_decoding_summary(results: list[DecodingResult]) -> str:
     for result in results:
         summary = _numbers(result)
         k = result.profile.max_k
-        allowed = ", ".join(f"error <= {t:g}: K {summary[f'k_for_tv{t:g}']:.2g}" for t in result.profile.targets)
+        allowed = ", ".join(f"error <= {t:g}: K {summary[f'k_for_tv{t:g}']:.0f} or threshold "
+                            f"{summary[f'threshold_for_tv{t:g}']:.3g}" for t in result.profile.targets)
         lines.append(f"{result.name:>24}: error K=2 {summary['tv_k2']:.3g}, K={k} {summary[f'tv_k{k}']:.3g} "
                      f"[{summary[f'tv_low_k{k}']:.3g}, {summary[f'tv_high_k{k}']:.3g}]; {allowed}")
     return "\n".join(lines)

@@ -277,8 +277,9 @@ def run_summary(result: ChainRunResult) -> str:
         summary, k = result.parallel.summary(), result.parallel.max_k
         lines.append(f"parallel decoding: error of committing the {k} most confident at once "
                      f"{summary[f'tv_k{k}']:.3g} (interval to {summary[f'tv_high_k{k}']:.3g}); "
-                     + ", ".join(f"error <= {t:g} allows K {summary[f'k_for_tv{t:g}']:.2g}"
-                                 for t in result.parallel.targets))
+                     + ", ".join(f"error <= {t:g}: set K {summary[f'k_for_tv{t:g}']:.0f} or threshold "
+                                 f"{summary[f'threshold_for_tv{t:g}']:.3g} (held-out rows kept: "
+                                 f"{summary[f'k_share_for_tv{t:g}']:.0%})" for t in result.parallel.targets))
     return "\n".join(lines)
 
 
