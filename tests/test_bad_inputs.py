@@ -545,7 +545,46 @@ LIBRARY_CASES = [
      ValueError, r"tokens must be an integer tensor of shape \[B, L\]"),
     ("a diffusion LM on CUDA where there is none", lambda: _cuda_load(), ValueError,
      "device is 'cuda' but no CUDA device is available"),
+    ("weights on the meta device", lambda: _meta_model().conditional_logits(torch.zeros(1, 4, dtype=torch.long),
+                                                                            torch.tensor([1])),
+     ValueError, "weights are on the meta device"),
 ]
+
+
+def _meta_model():
+    from transformers import BertConfig, BertForMaskedLM
+
+    from mlm_dynamics import MaskedLMDenoiser
+
+    with torch.device("meta"):
+        model = BertForMaskedLM(BertConfig(vocab_size=30, hidden_size=16, num_attention_heads=2, intermediate_size=16,
+                                           num_hidden_layers=1))
+    return MaskedLMDenoiser(model, mask_id=3)
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda folder: (folder / "config.json").unlink() or (folder / "config.json").mkdir(),
+     "its config.json is not a file"),
+    (lambda folder: (folder / "config.json").unlink(), "has no config.json: not a Hugging Face model directory"),
+    (lambda folder: (folder / "config.json").write_text(
+        json.dumps({**json.loads((folder / "config.json").read_text()), "vocab_size": "30"})),
+     "its config.json cannot be used here (StrictDataclassFieldValidationError: Validation error for field "
+     "'vocab_size'"),
+    (lambda folder: (folder / "config.json").write_text("{not json"), "its config.json cannot be used here"),
+], ids=["config.json a folder", "no config.json", "a string vocab_size", "config.json not JSON"])
+def test_a_damaged_config_is_one_line_naming_the_model(tmp_path, capsys, edit, message):
+    """Through the command line as a user meets it: exit 2, one line naming the model and its config.json."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    folder = tmp_path / "model"
+    BertForMaskedLM(BertConfig(vocab_size=30, hidden_size=16, num_attention_heads=2, intermediate_size=16,
+                               num_hidden_layers=1)).save_pretrained(folder)
+    edit(folder)
+    capsys.readouterr()  # the save's progress bar
+    code = main(["rectangle-table", "--out", str(tmp_path / "out"), "--set",
+                 f"models=[{{name: m, source: huggingface, name_or_path: '{folder}'}}]", "--set", "contexts=1"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and f"model '{folder}'" in lines[0] and message in lines[0], lines
 
 
 def _profile():

@@ -4,6 +4,7 @@ another job's results."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -46,8 +47,19 @@ def test_what_each_job_writes_passes_its_schema_and_names_its_job(outputs, folde
     assert written["artifact"] == {"job": job, "version": SCHEMA_VERSION}
     validate_report(written, job)
     assert held_by(outputs / folder).job == job
-    if job in ("run", "sweep"):
-        assert read_report(path, ("run", "sweep")) == (job, written)
+    if job in ("run", "sweep"):  # read back: what was written, and every key the schema describes
+        read, report = read_report(path, ("run", "sweep"))
+        assert read == job and _holds(report, written)
+
+
+def _holds(read, written) -> bool:
+    """Whether ``read`` holds everything ``written`` does (and maybe more keys), recursively."""
+    if isinstance(written, dict):
+        return isinstance(read, dict) and all(key in read and _holds(read[key], value)
+                                              for key, value in written.items())
+    if isinstance(written, list):
+        return isinstance(read, list) and len(read) == len(written) and all(map(_holds, read, written))
+    return read == written
 
 
 def test_the_schema_refuses_what_the_job_would_never_write(outputs):
@@ -68,6 +80,12 @@ def test_the_schema_refuses_what_the_job_would_never_write(outputs):
     sweep["sweep"]["cells"][0]["draws"][0]["met_at"] = sweep["sweep"]["cells"][0]["budget"] + 1
     with pytest.raises(ValueError, match=r"met_at .* must be at most the budget"):
         validate_report(sweep, "sweep")
+    for key, said in (("slow_up_to", "sweep.slow_region[0].slow_up_to is missing"),
+                      ("budget", "sweep.cells[0].budget is missing")):  # what the comparison's figures index
+        partial = json.loads((outputs / "sweep" / "report.json").read_text())
+        (partial["sweep"]["slow_region"] if key == "slow_up_to" else partial["sweep"]["cells"])[0].pop(key)
+        with pytest.raises(ValueError, match=re.escape(said)):
+            validate_report(partial, "sweep")
     assert set(SCHEMAS) == {"run", "sweep", "parallel-decoding", "semantics", "rectangle-table", "compare", "history"}
 
 
@@ -116,7 +134,7 @@ def test_a_report_written_before_schema_versions_reads_as_version_zero(tmp_path)
     """The trimmed reports the docs ship carry no marker: they are read by their sections, and checked."""
     docs = Path(__file__).resolve().parents[1] / "docs" / "data"
     job, report = read_report(docs / "default-run.json", ("run", "sweep"))
-    assert job == "run" and "artifact" not in report and "start_sequences" not in report["chains"]
+    assert job == "run" and report["artifact"] is None and report["chains"]["start_sequences"] is None
     assert read_report(docs / "sweep-antiberty.json", ("run", "sweep"))[0] == "sweep"
     report["chains"]["num_chains"] = 0.5
     (tmp_path / "report.json").write_text(json.dumps(report))

@@ -245,6 +245,11 @@ class Denoiser(nn.Module, abc.ABC):
         Under :func:`metering` the pass is counted (rows, tokens, one call) before it runs. With gradients off, a
         model in train mode is measured in eval mode and left in its own modes (the module docstring).
         """
+        first = next(self.parameters(), None)
+        if first is not None and first.is_meta:
+            raise ValueError(f"model: the {type(self).__name__}'s weights are on the meta device (built without "
+                             "weights, e.g. under init_empty_weights or torch.device('meta')); load or materialise "
+                             "them before measuring")
         limit = _DEADLINE.get()
         if limit is not None:
             limit.admit(int(tokens.shape[0]))

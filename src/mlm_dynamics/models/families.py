@@ -311,19 +311,13 @@ def load_diffusion_lm(name_or_path: str, *, trust_remote_code: bool = False, fam
     load with). The model is new and put in eval mode; to measure a model being trained, wrap that model with
     :func:`denoiser_for`."""
     import transformers
-    from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoTokenizer
+    from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
-    from .huggingface import load_model, locate_pretrained
+    from .huggingface import load_model, locate_pretrained, read_config
 
     available_device(device)
     source, local_only = locate_pretrained(name_or_path)
-    try:
-        config = AutoConfig.from_pretrained(source, local_files_only=local_only, trust_remote_code=trust_remote_code)
-    except ValueError as error:
-        if "trust_remote_code" in str(error) and not trust_remote_code:
-            raise ValueError(f"model {name_or_path!r} ships its own code; pass trust_remote_code=True if you trust "
-                             "it (it is never run by default)") from None
-        raise ValueError(f"model {name_or_path!r}: its config.json cannot be used here ({error})") from None
+    config = read_config(name_or_path, trust_remote_code=trust_remote_code)
     if family is not None and family not in FAMILIES:
         raise ValueError(f"family must be one of {sorted(FAMILIES)}, got {family!r}")
     detected = detect_family(config)

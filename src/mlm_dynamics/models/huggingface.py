@@ -262,18 +262,9 @@ def load_model(auto_class: Any, name_or_path: str, *, dtype: torch.dtype | None 
     import pickle
 
     from safetensors import SafetensorError
-    from transformers import AutoConfig
 
     source, local_only = locate_pretrained(name_or_path)
-    if local_only and Path(source).is_dir() and not (Path(source) / "config.json").is_file():
-        raise FileNotFoundError(f"model {name_or_path!r} has no config.json: not a Hugging Face model directory")
-    try:
-        AutoConfig.from_pretrained(source, local_files_only=local_only, trust_remote_code=options.get(
-            "trust_remote_code", False))
-    except (ValueError, KeyError) as error:
-        if "trust_remote_code" in str(error):
-            raise
-        raise ValueError(f"model {name_or_path!r}: its config.json cannot be used here ({error})") from None
+    read_config(name_or_path, trust_remote_code=options.get("trust_remote_code", False))
     if dtype is not None:
         options.update(dtype_argument(dtype))
     try:
@@ -338,6 +329,33 @@ def _belongs_to(model: nn.Module, key: str) -> bool:
     return True
 
 
+def read_config(name_or_path: str, *, trust_remote_code: bool = False) -> Any:
+    """``AutoConfig.from_pretrained`` with every failure one error naming the model and its ``config.json``: none
+    there, one that is not a file, one that does not parse, a value of the wrong type (``"vocab_size": "30"``), or
+    remote code without ``trust_remote_code=True``."""
+    from transformers import AutoConfig
+
+    source, local_only = locate_pretrained(name_or_path)
+    config_file = Path(source) / "config.json"
+    if local_only and Path(source).is_dir() and not config_file.is_file():
+        raise FileNotFoundError(f"model {name_or_path!r}: its config.json is not a file" if config_file.exists()
+                                else f"model {name_or_path!r} has no config.json: not a Hugging Face model directory")
+    try:
+        return AutoConfig.from_pretrained(source, local_files_only=local_only, trust_remote_code=trust_remote_code)
+    except OSError as error:
+        if not config_file.is_file():  # a hub name whose files cannot be fetched or read
+            raise FileNotFoundError(f"model {name_or_path!r}: its config.json cannot be read ({error})") from None
+        raise ValueError(f"model {name_or_path!r}: its config.json cannot be used here ({' '.join(str(error).split())})"
+                         ) from None
+    except Exception as error:  # ValueError, KeyError, the hub's strict-dataclass errors (a mistyped field), ...
+        if "trust_remote_code" in str(error) and not trust_remote_code:
+            raise ValueError(f"model {name_or_path!r} ships its own code; pass trust_remote_code=True if you trust "
+                             "it (it is never run by default)") from None
+        reason = " ".join(str(error).split())
+        raise ValueError(f"model {name_or_path!r}: its config.json cannot be used here ({type(error).__name__}: "
+                         f"{reason})") from None
+
+
 def _warn_full_logits(model_type: str, reason: str) -> None:
     message = (f"model: {reason} for the {model_type!r} family; using model(x).logits (the full B x L x V logits). "
                f"Head-only families: {list(HEAD_ONLY_FAMILIES)}")
@@ -397,4 +415,4 @@ class TextCodec:
 
 
 __all__ = ["HEAD_ONLY_FAMILIES", "Head", "MaskedLMDenoiser", "TextCodec", "check_loaded_weights", "dtype_argument",
-           "load_model", "load_tokenizer", "locate_pretrained", "tokenizer_ids"]
+           "load_model", "load_tokenizer", "locate_pretrained", "read_config", "tokenizer_ids"]

@@ -72,10 +72,9 @@ def provenance_rows(named: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[st
     rows = []
     for name, report in named:
         environment = report.get("environment", {})
-        rows.append({"run": name, "model": environment.get("model", "—"),
-                     "weights": environment.get("weights_sha256") or "—",
-                     "mlm_dynamics": environment.get("mlm_dynamics", "—"), "date": environment.get("date", "—"),
-                     "command": environment.get("command", "—")})
+        rows.append({"run": name, **{column: environment.get(key) or "—" for column, key in (
+            ("model", "model"), ("weights", "weights_sha256"), ("mlm_dynamics", "mlm_dynamics"), ("date", "date"),
+            ("command", "command"))}})
     return rows
 
 

@@ -175,9 +175,10 @@ class Draw(_Section):
 
 
 class SweepCell(MeetingSummary):
-    """A (temperature, length) cell of a sweep."""
+    """A (temperature, length) cell of a sweep: its pairs' budget is always known."""
 
     num_sites: Size
+    budget: NonNegative
     draws: list[Draw] | None = None
 
     @model_validator(mode="after")
@@ -211,8 +212,8 @@ class SlowBracket(_Section):
     """The end of a sweep's slow region at one length: the last slow and the first fast temperature."""
 
     num_sites: Size
-    slow_up_to: NonNegative | None = None
-    fast_from: NonNegative | None = None
+    slow_up_to: NonNegative | None
+    fast_from: NonNegative | None
     confidence: Fraction | None = None
 
 
@@ -322,16 +323,19 @@ def schema_error(error: ValidationError) -> str:
     return f"{key} {message}, got {shown if len(shown) <= 60 else shown[:57] + '...'}"
 
 
-def validate_report(report: Any, job: str) -> None:
-    """Check a parsed result file of ``job`` against its schema; a ValueError in one line naming the key."""
+def validate_report(report: Any, job: str) -> dict[str, Any]:
+    """Check a parsed result file of ``job`` against its schema; a ValueError in one line naming the key. Returns
+    the report as the schema reads it: every key it describes present (``None`` where optional and absent), counts as
+    integers, the keys it does not describe as they were."""
     try:
-        SCHEMAS[job].model_validate(report)
+        return SCHEMAS[job].model_validate(report).model_dump()
     except ValidationError as error:
         raise ValueError(schema_error(error)) from None
 
 
 def read_report(path: Path, jobs: tuple[str, ...]) -> tuple[str, dict[str, Any]]:
-    """Read and check a result file written by one of ``jobs``: ``(job, report)``. A ValueError in one line naming
+    """Read and check a result file written by one of ``jobs``: ``(job, report)``, the report as
+    :func:`validate_report` returns it. A ValueError in one line naming
     ``path`` (and the key) when the file cannot be read or parsed, was written by another job or by a newer schema
     version, or fails its schema (:data:`SCHEMAS`)."""
     try:
@@ -351,11 +355,10 @@ def read_report(path: Path, jobs: tuple[str, ...]) -> tuple[str, dict[str, Any]]
         raise ValueError(f"{path} is a {job} report of schema version {version}, written by a newer mlm_dynamics; "
                          f"this one reads versions up to {SCHEMA_VERSION}: upgrade mlm_dynamics to read it")
     try:
-        validate_report(report, job)
+        return job, validate_report(report, job)
     except ValueError as error:
         older = "a report from before schema versions, " if version == 0 else ""
         raise ValueError(f"{path}: {error} ({older}damaged or hand-edited?)") from None
-    return job, report
 
 
 def json_schemas() -> dict[str, dict[str, Any]]:
