@@ -3,9 +3,12 @@
 A confidence-ordered unmasking loop (LLaDA-style: every step draws all masked positions and commits the most
 confident ``L / steps``) on a model with a large vocabulary (an embedding, one linear layer to ``V`` logits): the loop
 alone, then the same loop watched by ``monitor_sampler`` (no chain monitor, no parallel measurement). Prints both
-times and their ratio, and the monitor's seconds per committed token.
+times and their ratio, and the monitor's seconds per committed token. With ``--parallel`` also the loop watched with
+``parallel=True`` at the default ``overhead=0.05`` and with ``overhead=None`` (every step measured): their ratios to
+the loop alone, and the share of steps the budgeted one measured.
 
 Usage: python benchmarks/bench_monitor_cost.py [--vocab 150000] [--batch 4] [--length 64] [--steps 16] [--repeats 3]
+    [--parallel]
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import time
 
 import torch
 
+from mlm_dynamics.models.base import VocabInfo
+from mlm_dynamics.models.full_sequence import FullSequenceDenoiser
 from mlm_dynamics.tracking.sampler_monitor import monitor_sampler
 
 
@@ -51,6 +56,7 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=64)
     parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--parallel", action="store_true", help="also time parallel=True, budgeted and unbudgeted")
     args = parser.parse_args()
     model = Tiny(args.vocab).eval()
     mask_id = args.vocab - 1
@@ -74,6 +80,18 @@ def main() -> None:
     print(f"sampler alone   {fastest_bare:.3f} s")
     print(f"monitored       {fastest_watched:.3f} s   ratio {fastest_watched / fastest_bare:.2f}x, "
           f"{(fastest_watched - fastest_bare) / committed * 1e3:.2f} ms per committed token")
+    if args.parallel:
+        denoiser = FullSequenceDenoiser(model, VocabInfo(size=args.vocab, mask_id=mask_id))
+        for overhead in (0.05, None):
+            seconds, shares = [], []
+            for _ in range(args.repeats):
+                started = time.perf_counter()
+                trace = monitor_sampler(model, run, mask_id=mask_id, parallel=True, denoiser=denoiser,
+                                        overhead=overhead)
+                seconds.append(time.perf_counter() - started)
+                shares.append(trace.summary().get("parallel_measured_share", 0.0))
+            print(f"parallel, overhead={overhead}: {min(seconds):.3f} s   ratio {min(seconds) / fastest_bare:.2f}x, "
+                  f"{min(shares):.0%} of the rows measured")
 
 
 if __name__ == "__main__":

@@ -359,7 +359,7 @@ def test_the_monitor_measures_each_steps_parallel_commit_on_llada_and_dream(dire
             final = run()
         finally:
             handle.remove()
-        trace = monitor_sampler(model, run, parallel=True)
+        trace = monitor_sampler(model, run, parallel=True, overhead=None)  # every step, whatever it costs
         assert torch.equal(trace.final, final)  # the measurement does not touch the sampler's randomness
         assert trace.steps == 4 and len(trace.parallel) == 4 and trace.parallel_problem is None
         denoiser = denoiser_for(model)
@@ -378,7 +378,7 @@ def test_the_monitor_measures_each_steps_parallel_commit_on_llada_and_dream(dire
         assert summary["parallel_k_mean"] == 2 and 0 < summary["parallel_tv_max"] <= 1
         assert summary["parallel_seconds"] > 0 and trace.parallel_order == ORDER
     # on request, the error between the assumed order and the reversed one, as parallel_commit_error gives it
-    spread = monitor_sampler(model, run, parallel=True, order_spread=True)
+    spread = monitor_sampler(model, run, parallel=True, order_spread=True, overhead=None)
     for t, step in enumerate(spread.parallel):
         after = states[t + 1] if t + 1 < len(states) else final
         positions = ((states[t] == build.MASK_ID) & (after != build.MASK_ID)).nonzero()[:, 1].view(3, 2)
@@ -485,6 +485,56 @@ def test_a_nucleus_sampler_is_measured_against_its_truncated_law():
         monitor_sampler(model, nucleus, mask_id=mask_id, top_p=1.5)
 
 
+def test_the_parallel_measurement_stays_within_its_overhead_and_says_how_much_it_measured(monkeypatch):
+    """On a fake clock (the model's forward takes 0.01 s a row, the sampler 0.05 s of its own work a step), a
+    200-step loop committing two positions in each of 3 rows a step: one row's measurement (about 20 forward rows)
+    costs more than two sampler steps, so at overhead=0.5 about one row in five fits. The measurement never takes
+    more than half the sampler's own time but for one row's worth, measures the rows that fit (a step measures as
+    many of its rows as fit), skips the steps where none does, counted; the sampler's tokens are those of the
+    unwatched loop."""
+    import mlm_dynamics.tracking.sampler_monitor as watched
+    from mlm_dynamics.models.base import VocabInfo
+    from mlm_dynamics.models.full_sequence import FullSequenceDenoiser
+
+    clock = [0.0]
+    monkeypatch.setattr(watched.time, "perf_counter", lambda: clock[0])
+
+    class Toy(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.randn(5, 5, generator=torch.Generator().manual_seed(0)))
+
+        def forward(self, x):
+            clock[0] += 0.01 * x.shape[0]
+            counts = torch.nn.functional.one_hot(x, 5).float().sum(1)
+            return (counts @ self.weight)[:, None, :] + self.weight[None, :1, :] * torch.arange(x.shape[1])[:, None]
+
+    model = Toy()
+
+    def sample():
+        x, generator = torch.full((3, 400), 4), torch.Generator().manual_seed(0)
+        for k in range(0, 400, 2):
+            clock[0] += 0.05
+            law = model(x)[:, k:k + 2, :4].softmax(-1)
+            x[:, k:k + 2] = torch.multinomial(law.flatten(0, 1), 1, generator=generator).view(3, 2)
+        return x
+
+    alone = sample()
+    clock[0] = 0.0
+    denoiser = FullSequenceDenoiser(model, VocabInfo(size=5, mask_id=4))
+    trace = monitor_sampler(model, sample, mask_id=4, parallel=True, denoiser=denoiser, overhead=0.5)
+    own = clock[0] - trace.parallel_seconds
+    rows = [int(step["rows"]) for step in trace.parallel]
+    assert torch.equal(trace.final, alone)
+    assert trace.parallel_seconds <= 0.5 * own + 0.25  # within the budget but for one row's measurement (~0.2 s)
+    assert all(1 <= r <= 3 for r in rows) and all(step["rows_of"] == 3 for step in trace.parallel)
+    assert 10 <= sum(rows) < 600 and trace.parallel_skipped == 200 - len(trace.parallel)  # 200 steps, 600 rows
+    assert trace.parallel_rows_total == 600 and trace.parallel_steps == sorted(trace.parallel_steps)
+    assert trace.summary()["parallel_measured_share"] == sum(rows) / 600
+    with pytest.raises(ValueError, match="overhead must be a fraction"):
+        monitor_sampler(model, sample, mask_id=4, parallel=True, denoiser=denoiser, overhead=2.0)
+
+
 def test_near_ties_in_the_commit_order_are_flagged():
     """A toy whose every position has the same law: each step's two committed positions are tied in confidence,
     so the order a sampler commits them in is a coin toss; every step says so (near_ties 1)."""
@@ -510,7 +560,8 @@ def test_near_ties_in_the_commit_order_are_flagged():
         return x
 
     denoiser = FullSequenceDenoiser(model, VocabInfo(size=5, mask_id=4))
-    trace = monitor_sampler(model, sample, mask_id=4, parallel=True, denoiser=denoiser, order_spread=True)
+    trace = monitor_sampler(model, sample, mask_id=4, parallel=True, denoiser=denoiser, order_spread=True,
+                            overhead=None)
     assert [step["near_ties"] for step in trace.parallel] == [1.0, 1.0]
     assert trace.summary()["parallel_near_ties"] == 1.0 and all(step["order_spread_max"] >= 0
                                                                  for step in trace.parallel)

@@ -51,8 +51,8 @@ from matplotlib.figure import Figure
 from torch import Tensor
 from typing_extensions import override
 
-from ..models.base import Denoiser
-from ..probes.base import Probe, ScheduledProbe, append_draws, check_every, check_overhead
+from ..models.base import Denoiser, check_overhead
+from ..probes.base import Probe, ScheduledProbe, append_draws, check_every
 from ..probes.keys import tensorboard_layout
 from ..report.figures import readable
 from ..report.writers import finite

@@ -50,10 +50,10 @@ from transformers.training_args import TrainingArguments
 from transformers.utils import logging
 
 from .._io import atomic_write
-from ..models.base import Denoiser
+from ..models.base import Denoiser, check_overhead
 from ..models.families import denoiser_for, detect_family, is_masked_lm
 from ..models.huggingface import MaskedLMDenoiser
-from ..probes.base import Probe, ScheduledProbe, append_draws, check_every, check_overhead
+from ..probes.base import Probe, ScheduledProbe, append_draws, check_every
 from ..probes.mixing import MeetingTimeProbe, RectangleProbe
 from ..report.writers import finite
 

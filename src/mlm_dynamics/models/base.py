@@ -173,6 +173,15 @@ def count_forward(tokens: Tensor) -> None:
         meter.calls += 1
 
 
+def check_overhead(value: object) -> None:
+    """A ValueError naming ``overhead`` unless ``value`` is ``None`` (no cap) or a fraction in (0, 1] of the loop's
+    time: the one check every entry point (the Lightning callbacks, the HF callback, the scheduled probes,
+    ``monitor_sampler``) makes before it shares the budget out."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                              or not 0 < value <= 1):
+        raise ValueError(f"overhead must be a fraction in (0, 1] of the loop's time, or None (no cap), got {value!r}")
+
+
 def available_device(device: str | torch.device, name: str = "device") -> torch.device:
     """``torch.device(device)``, or a ValueError naming ``name`` if it does not parse or is not present on this
     machine: what every loader checks before it reads a weight."""
@@ -380,5 +389,5 @@ def mask_positions(tokens: Tensor, positions: Tensor, mask_id: int) -> Tensor:
     return tokens.scatter(1, positions, mask_id)
 
 
-__all__ = ["Denoiser", "Meter", "VocabInfo", "available_device", "check_attention_mask", "count_forward", "evaluating",
-           "mask_positions", "metering", "require_integer"]
+__all__ = ["Denoiser", "Meter", "VocabInfo", "available_device", "check_attention_mask", "check_overhead",
+           "count_forward", "evaluating", "mask_positions", "metering", "require_integer"]

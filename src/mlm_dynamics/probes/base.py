@@ -77,7 +77,7 @@ import torch.distributed as dist
 from torch import nn
 
 from .._random import as_generator
-from ..models.base import Denoiser, OutOfTime, forward_deadline
+from ..models.base import Denoiser, OutOfTime, check_overhead, forward_deadline
 from .isolation import isolated, parameter_checksum
 from .starts import BatchRows, StartStates, TokenRows, batch_rows, load_tokens, pad_rows, placeholder_rows, start_states
 
@@ -164,15 +164,6 @@ def check_every(value: object, name: str) -> None:
     """A ValueError naming ``name`` unless ``value`` is ``None`` or an integer >= 1 (a step interval)."""
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
         raise ValueError(f"{name} must be an integer >= 1 (run every N optimizer steps) or None, got {value!r}")
-
-
-def check_overhead(value: object) -> None:
-    """A ValueError naming ``overhead`` unless ``value`` is ``None`` (no cap) or a fraction in (0, 1] of the loop's
-    time: the one check every entry point (the Lightning callbacks, the HF callback, :class:`ScheduledProbe`) makes
-    before it shares the budget out."""
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                              or not 0 < value <= 1):
-        raise ValueError(f"overhead must be a fraction in (0, 1] of the loop's time, or None (no cap), got {value!r}")
 
 
 class _SharedClock:
@@ -742,4 +733,4 @@ def _max_over_ranks(seconds: float) -> float:
 
 
 __all__ = ["FAILURES", "SCHEDULE_KEYS", "STAGES", "MetricKey", "Probe", "ScheduledProbe", "WeightsNotRestored",
-           "check_every", "check_overhead", "cost_line", "failure_message"]
+           "check_every", "cost_line", "failure_message"]

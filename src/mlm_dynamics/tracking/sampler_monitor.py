@@ -31,7 +31,8 @@ own (and, at the monitor's observation steps, its embedder's), a copy of each st
 ``V = 150,000`` on 2 CPU cores, where 121 float64 softmaxes moved to the CPU had cost 5.3x.
 With ``parallel``, per step and row committing ``K >= 2`` positions, the forward rows of
 :func:`~mlm_dynamics.diagnostics.parallel.parallel_commit_error` and ``K top_m`` more (Monte Carlo: about
-``1 + parallel_samples (K - 1)``); the seconds they took are in :attr:`SamplerTrace.parallel_seconds`.
+``1 + parallel_samples (K - 1)``), on the steps that fit within ``overhead`` of the sampler's own time (all with
+``overhead=None``); the seconds they took are in :attr:`SamplerTrace.parallel_seconds`.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from torch import Tensor, nn
 
 from ..diagnostics.decoding import TEMPERATURE_GRID, effective_temperature_from, surprisal_statistics
 from ..diagnostics.parallel import parallel_commit_error
-from ..models.base import Denoiser
+from ..models.base import Denoiser, check_overhead
 from ..models.families import FAMILIES, check_named_family, denoiser_for, detect_family, family_mask_id
 from ..sampling.categorical import check_truncation, tempered_log_probs
 from .monitor import ChainMonitor
@@ -76,13 +77,18 @@ class SamplerTrace:
             of the error of committing the row's set at once; 0 for a single position), ``tv_low``/``tv_high`` (its
             interval, means), ``tv_max``, ``first_order`` (influence estimate, mean), ``certificate`` (mean
             Frechet-Hoeffding certificate), ``violated`` (fraction of rows whose error exceeds it for sure) and
-            ``exact`` (1 when every set was enumerated), ``near_ties`` (fraction of rows with two committed
+            ``exact`` (1 when every set was enumerated), ``rows`` (the rows measured: the first ``rows`` of the
+            ``rows_of`` that committed two or more, as many as fit within ``overhead``; the means are over them),
+            ``near_ties`` (fraction of rows with two committed
             positions whose confidences differ by less than :data:`TIE`: their order, and so the error, may go either
             way) and, with ``order_spread=True``, ``order_spread``/``order_spread_max`` (the error between the assumed
             order and the reversed one, mean and largest over rows).
         parallel_seconds: the time the parallel measurement took (the sampler's own time excluded).
         parallel_problem: why the parallel measurement stopped (warned once), ``None`` when it ran at every step.
         parallel_order: the commit order the parallel measurement assumed (:data:`ORDER`).
+        parallel_steps: the steps measured (the entries of :attr:`parallel`, in order); parallel_skipped: the steps
+            committing two or more positions of which no row was, to keep the measurement within ``overhead``;
+            parallel_rows_total: the rows, over all steps, that committed two or more positions.
     """
 
     steps: int = 0
@@ -99,13 +105,18 @@ class SamplerTrace:
     parallel_seconds: float = 0.0
     parallel_problem: str | None = None
     parallel_order: str | None = None
+    parallel_steps: list[int] = field(default_factory=list)
+    parallel_skipped: int = 0
+    parallel_rows_total: int = 0
 
     def summary(self) -> dict[str, float]:
         """``steps``, ``committed``, ``overwritten`` (totals), ``overwrite_fraction`` (of commits), the final width and
         the effective temperature; with ``parallel``: ``parallel_k_mean``, ``parallel_k_max``, ``parallel_tv_mean``
         (over steps), ``parallel_tv_max``, ``parallel_tv_high_max``, ``parallel_first_order_max``,
         ``parallel_certificate_violated`` and ``parallel_near_ties`` (means over steps of the fraction of rows),
-        ``parallel_order_spread_max`` (with ``order_spread=True``) and ``parallel_seconds``."""
+        ``parallel_order_spread_max`` (with ``order_spread=True``), ``parallel_seconds`` and
+        ``parallel_measured_share`` (the rows measured over all rows, over all steps, that committed two or
+        more positions)."""
         committed, overwritten = sum(self.committed), sum(self.overwritten)
         out = {"steps": float(self.steps), "committed": float(committed), "overwritten": float(overwritten),
                "overwrite_fraction": overwritten / committed if committed else math.nan,
@@ -122,7 +133,8 @@ class SamplerTrace:
                         "parallel_first_order_max": float(column("first_order").max()),
                         "parallel_certificate_violated": float(column("violated").mean()),
                         "parallel_near_ties": float(column("near_ties").mean()),
-                        "parallel_seconds": self.parallel_seconds})
+                        "parallel_seconds": self.parallel_seconds,
+                        "parallel_measured_share": float(column("rows").sum()) / self.parallel_rows_total})
             if "order_spread" in self.parallel[0]:
                 out["parallel_order_spread_max"] = float(column("order_spread_max").max())
         return out
@@ -183,6 +195,19 @@ class _Parallel:
         self.orders = 1 if order_spread else 0
         self.generator = torch.Generator(device=denoiser.device).manual_seed(0)
 
+    def predicted_rows(self, counts: Tensor) -> int:
+        """Forward rows :meth:`measure` will take for rows committing ``counts [B]`` positions (the cost formulas of
+        :func:`~mlm_dynamics.diagnostics.parallel.parallel_commit_error`: its exact tree where small, else its Monte
+        Carlo draws, plus ``k top_m`` for the influence estimate and the one row of its batch check)."""
+        allowed = int(self.denoiser.vocab.allowed_mask().sum())
+        rows = 0
+        for k in sorted(set(counts.tolist()) - {0, 1}):
+            tree = sum(allowed ** j for j in range(k))
+            exact = tree <= 4096 and allowed ** k <= 16 * 4096  # parallel_commit_error's default max_rows
+            per_row = tree * (1 + self.orders) if exact else 1 + self.samples * (k - 1) * (1 + self.orders)
+            rows += int((counts == k).sum()) * (per_row + k * self.top_m) + 1
+        return rows
+
     def measure(self, before: Tensor, committed: Tensor, mask: Tensor | None) -> dict[str, float]:
         """Per row of ``before [B, L]`` the set ``committed [B, L]``: the means of :attr:`SamplerTrace.parallel`."""
         device = self.denoiser.device
@@ -238,10 +263,13 @@ class _Watcher:
     """The watch's state: the previous step's tokens and logits, and the running sums."""
 
     def __init__(self, mask_id: int, shift: int, temperature: float, monitor: ChainMonitor | None,
-                 parallel: _Parallel | None = None, top_k: int | None = None, top_p: float | None = None) -> None:
+                 parallel: _Parallel | None = None, top_k: int | None = None, top_p: float | None = None,
+                 overhead: float | None = None) -> None:
         self.mask_id, self.shift, self.temperature, self.monitor = mask_id, shift, temperature, monitor
         self.top_k, self.top_p = top_k, top_p
-        self.parallel = parallel
+        self.parallel, self.overhead = parallel, overhead
+        self.started, self.watch_seconds = time.perf_counter(), 0.0  # the sampler's own time: the rest
+        self.row_seconds: float | None = None  # seconds per forward row, from the sampler's calls, then measured
         self.row_mask: Tensor | None = None  # the padding of the step being accounted (for the parallel measure)
         self.depth, self.busy = 0, False
         self.trace = SamplerTrace()
@@ -258,16 +286,24 @@ class _Watcher:
         sampler), is seen; only the outermost one counts as a step."""
         def watched(*args: Any, **kwargs: Any) -> Any:
             self.depth += 1
+            called = time.perf_counter()
             try:
                 output = forward(*args, **kwargs)
             finally:
                 self.depth -= 1
+            returned = time.perf_counter()
+            tokens = _tokens_of(args, kwargs)
+            if not self.depth and not self.busy and self.row_seconds is None and tokens is not None:
+                self.row_seconds = (returned - called) / max(tokens.shape[0], 1)  # the sampler's own rate
             try:
                 self.after(args, kwargs, output)
             except Exception as error:  # the watch's own failure: it stops, the sampler runs on with its output
                 self.busy = False
                 self.trace.problem = (f"the watch stopped at step {self.trace.steps + 1} ({type(error).__name__}: "
                                       f"{error}); the sampler ran on and its output is returned as it was")
+            finally:
+                if not self.depth and not self.busy:
+                    self.watch_seconds += time.perf_counter() - returned
             return output
 
         return watched
@@ -378,14 +414,37 @@ class _Watcher:
             self._restart(after)
 
     def _measure_parallel(self, before: Tensor, committed: Tensor) -> None:
-        """The error of the step's committed sets; a failure stops this measurement only (warned once)."""
+        """The error of the step's committed sets on as many of its rows (those committing two or more positions,
+        first ones first) as keep the measurement within ``overhead`` of the sampler's own time so far, each row's
+        cost predicted from its forward rows; a step with no row that fits is skipped (counted). A failure stops
+        this measurement only (warned once)."""
         assert self.parallel is not None
+        counts = committed.sum(1)
+        candidates = (counts >= 2).nonzero().squeeze(1)
+        if not len(candidates):
+            return
+        self.trace.parallel_rows_total += len(candidates)
+        chosen = len(candidates)
+        if self.overhead is not None:
+            left = self.overhead * (time.perf_counter() - self.started - self.watch_seconds) \
+                - self.trace.parallel_seconds
+            while chosen and self.parallel.predicted_rows(counts[candidates[:chosen]]) * (self.row_seconds or 0.0) \
+                    > left:
+                chosen -= 1
+            if not chosen:
+                self.trace.parallel_skipped += 1
+                return
+        rows = candidates[:chosen]
+        predicted = self.parallel.predicted_rows(counts[rows])
         self.busy = True
         started = time.perf_counter()
         mask = self.row_mask if self.row_mask is None or self.row_mask.shape == before.shape else None
         try:
             with torch.no_grad():
-                self.trace.parallel.append(self.parallel.measure(before, committed, mask))
+                measured = self.parallel.measure(before[rows], committed[rows], None if mask is None else mask[rows])
+            self.trace.parallel.append({**measured, "rows": float(chosen), "rows_of": float(len(candidates))})
+            self.trace.parallel_steps.append(self.trace.steps)
+            self.row_seconds = max(self.row_seconds or 0.0, (time.perf_counter() - started) / max(predicted, 1))
         except (ValueError, RuntimeError) as error:
             self.trace.parallel_problem = (f"the parallel measurement stopped at step {self.trace.steps}: {error}; "
                                            "the sampler and the rest of the watch ran on")
@@ -457,8 +516,8 @@ def monitor_sampler(model: nn.Module, run: Callable[[], Any], monitor: ChainMoni
                     mask_id: int | None = None, logit_shift: int | None = None,
                     temperature: float = 1.0, parallel: bool = False, parallel_samples: int = 64,
                     top_m: int = 8, denoiser: Denoiser | None = None, family: str | None = None,
-                    order_spread: bool = False, top_k: int | None = None, top_p: float | None = None
-                    ) -> SamplerTrace:
+                    order_spread: bool = False, top_k: int | None = None, top_p: float | None = None,
+                    overhead: float | None = 0.05) -> SamplerTrace:
     """Run ``run()`` (a sampler calling ``model``, unmodified) and watch each of its denoising steps; see the module
     docstring. ``temperature``: the temperature the sampler draws at (the reference of the effective temperature and
     of the parallel measurement; 0 for a greedy sampler, whose commits are checked against their argmax);
@@ -467,7 +526,11 @@ def monitor_sampler(model: nn.Module, run: Callable[[], Any], monitor: ChainMoni
     ``top_m`` values per position for the influence estimate) through ``denoiser`` (default: the model's exact
     adapter, :func:`~mlm_dynamics.models.families.denoiser_for`), committed most confident first
     (:attr:`SamplerTrace.parallel_order`; near-ties flagged per step); ``order_spread=True`` also measures the error
-    between that order and the reversed one (one more order's forwards). Whatever fails inside the watch stops the watch
+    between that order and the reversed one (one more order's forwards). ``overhead``: the parallel measurement takes
+    at most this fraction of the sampler's own time so far (each row's cost predicted from its forward rows at the
+    rate the sampler's calls and the earlier measurements showed): a step measures as many of its rows as fit, a step
+    with none is skipped and counted (:attr:`SamplerTrace.parallel_steps`, ``parallel_skipped``); ``None`` measures
+    every row of every step (a few prompts, not production decoding). Whatever fails inside the watch stops the watch
     (:attr:`SamplerTrace.problem`, warned once); ``run()``'s output is always returned in
     :attr:`SamplerTrace.output`. The mask id and the logit shift come, first to last, from ``mask_id=`` and
     ``logit_shift=``, the ``denoiser=`` given, the family named by ``family=`` (a fork of a registered family, such
@@ -498,6 +561,7 @@ def monitor_sampler(model: nn.Module, run: Callable[[], Any], monitor: ChainMoni
         raise ValueError(f"temperature must be the sampler's temperature, a finite number >= 0 (0: greedy, argmax "
                          f"commits), got {temperature!r}")
     check_truncation(top_k, top_p)
+    check_overhead(overhead)
     if parallel and temperature == 0:
         raise ValueError("parallel: the error of committing several positions at once is measured against the "
                          "sampler's law, and a greedy sampler (temperature=0) has none yet; run without parallel=True "
@@ -541,7 +605,7 @@ def monitor_sampler(model: nn.Module, run: Callable[[], Any], monitor: ChainMoni
         if denoiser.vocab.mask_id != mask_id:
             raise ValueError(f"denoiser: its mask id {denoiser.vocab.mask_id} is not the sampler's {mask_id}")
         measure = _Parallel(denoiser, temperature, parallel_samples, top_m, order_spread, top_k, top_p)
-    watcher = _Watcher(mask_id, shift, temperature, monitor, measure, top_k, top_p)
+    watcher = _Watcher(mask_id, shift, temperature, monitor, measure, top_k, top_p, overhead)
     watcher.trace.parallel_order = ORDER if measure is not None else None
     own = model.__dict__.get("forward")  # an instance attribute of its own, put back afterwards
     model.forward = watcher.watch(model.forward)
