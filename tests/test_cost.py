@@ -144,6 +144,7 @@ def test_a_budget_gone_before_the_first_step_is_one_line_and_a_resumed_bill_says
                  "checkpoint_every=10", "--resume"]) == 0
     report = json.loads((out / "report.json").read_text())
     assert report["cost"]["scope"].startswith("this process only: resumed from the checkpoint at step ")
+    assert report["cost"]["until"].startswith("report.json written")  # where the bill stops counting
     assert "cost (this process only: resumed" in capsys.readouterr().out
 
 

@@ -157,13 +157,17 @@ def run_sweep(config: SweepConfig, out_dir: Path | None = None, *, resume: bool 
     deadline = job_deadline(budget, ledger.started)
     cell_list = list(cells) if cells is not None else [(t, n) for t in grid.temperatures for n in grid.lengths]
     t0 = time.perf_counter()
-    with ledger.phase("model load and setup"):
-        groups, notes = _build_groups(config, cell_list)
+    set_up = ConfigError(f"--budget: the {budget} s ran out during the set-up, before any pair step; give a budget "
+                         "above the set-up time")
+    try:
+        with ledger.phase("model load and setup"), forward_deadline(deadline - time.perf_counter()):
+            groups, notes = _build_groups(config, cell_list)
+    except OutOfTime:  # no forward after the deadline, the set-up's included
+        raise set_up from None
     setup_seconds = time.perf_counter() - t0
     first = groups[0]
-    if time.perf_counter() >= deadline:  # no forward after the deadline, the calibration's included
-        raise ConfigError(f"--budget: the {budget:g} s ran out during the set-up, before any pair step; give a "
-                          "budget above the set-up time")
+    if time.perf_counter() >= deadline:  # nor the calibration's
+        raise set_up
     # the unit of the bill: a forward at the grid's batch (both chains of every pair of the first group), at most 64
     ledger.time_bare_forward(first.denoiser, first.natural.expand(min(64, 2 * len(first.pairs.layout.cell)), -1))
     checkpoint_path = None if out_dir is None else out_dir / "sweep-checkpoint.pt"

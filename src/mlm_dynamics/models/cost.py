@@ -147,7 +147,9 @@ class CostLedger:
     def summary(self) -> dict[str, float]:
         """Flat numbers: ``seconds``, ``forward_rows``, ``needed_rows``, ``bare_forward_seconds``,
         ``bare_forward_batch``, ``forward_equivalents`` (seconds over one bare forward), ``row_efficiency`` (needed
-        rows over the rows the seconds could have computed at the bare rate, ``<= 1`` up to timing noise), and per
+        rows over the rows the seconds could have computed at the bare rate: ``<= 1`` up to timing noise where no
+        phase runs larger batches than the bare forward's, and above 1 possible where one does, a row being cheaper
+        in a larger batch; the jobs time their unit at their main loop's batch), and per
         phase ``{phase}_seconds``, ``{phase}_forward_rows``, ``{phase}_needed_rows``, ``{phase}_forward_equivalents``.
         The equivalents and the efficiency are ``nan`` before :meth:`time_bare_forward`."""
         bare = self.bare_forward_seconds

@@ -20,6 +20,7 @@ MARKERS = {"report.json": None, "compare.json": "compare", "history.json": "hist
 """The file each command writes last, and the job it marks (``None``: read from the file, one per job)."""
 
 CHECKPOINTS = {"checkpoint.pt": "run", "sweep-checkpoint.pt": "sweep"}
+"""The checkpoint each resumable job keeps in its folder until its report is written."""
 
 NOUNS = {"compare": "comparison", "history": "history report", "rectangle-table": "rectangle table",
          "parallel-decoding": "parallel-decoding job", "semantics": "semantics case study"}
@@ -41,7 +42,7 @@ class Held:
     finished: bool
 
     def text(self) -> str:
-        """``"a run's results (report.json)"``, ``"an unfinished sweep (sweep-checkpoint.pt)"``."""
+        """``"the results of a run (report.json)"``, ``"an unfinished sweep (sweep-checkpoint.pt)"``."""
         if self.job is None:
             return f"another job's results ({self.file})"
         noun = NOUNS.get(self.job, self.job)

@@ -55,11 +55,13 @@ def write_billed(out_dir: Path, job: str, cost: CostLedger | None, pages: Callab
     """Write a ``job``'s report: ``pages()`` writes its files and returns what ``report.json`` holds, charged to the
     phase ``report and figures`` of ``cost`` (the job's ledger; a new one when there is none); then, last,
     ``report.json`` with its :func:`~mlm_dynamics.report.artifacts.artifact` marker and the whole bill under ``cost``
-    (:meth:`~mlm_dynamics.models.cost.CostLedger.record`). Returns the report."""
+    (:meth:`~mlm_dynamics.models.cost.CostLedger.record`, with ``until``: where it stops counting). Returns the
+    report."""
     ledger = cost if cost is not None else CostLedger()
     with ledger.phase("report and figures"):
         report = pages()
-    report = {"artifact": artifact(job), **report, "cost": ledger.record()}
+    bill = {**ledger.record(), "until": "report.json written (the process prints its summary and exits)"}
+    report = {"artifact": artifact(job), **report, "cost": bill}
     write_json(out_dir / "report.json", report)
     return report
 
