@@ -364,3 +364,31 @@ def test_the_advice_is_one_setting_chosen_on_some_rows_and_checked_on_the_others
     assert (checked.threshold, checked.k) == (0.95, 2) and checked.k_share == 0.9 and checked.threshold_share == 1.0
     with pytest.raises(ValueError, match="share must lie in"):
         profile.setting(0.05, share=1.0)
+
+
+def test_the_job_measures_the_users_prompts_as_a_sampler_starts_from_them(tmp_path, capsys):
+    """With a prompts file, a diffusion LM's rows are the prompts (cut from the left to the shortest) followed by
+    masked positions, and the window is the first masked ones: the positions a sampler commits first, not a random
+    window of random ids. Too few prompts, or none readable, is one line naming prompts."""
+    from family_models import build
+    from mlm_dynamics.cli import main
+    from mlm_dynamics.experiments.config import ConfigError
+    from mlm_dynamics.experiments.decoding import DecodingModel, ParallelDecodingConfig, run_parallel_decoding
+
+    model_dir = build.write("llada", tmp_path / "models")
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("w3 w4 w5 w6\n\nw7 w8 w9\nw10 w11 w12 w13 w14\n")
+    config = ParallelDecodingConfig(models=[DecodingModel("LLaDA fixture", "diffusion", str(model_dir), True)],
+                                    contexts=2, window=3, length=5, samples=8, prompts=str(prompts))
+    (result,) = run_parallel_decoding(config)
+    assert result.profile.positions.sort(1).values.tolist() == [[3, 4, 5], [3, 4, 5]]  # after the 3-token prompt
+    assert result.profile.tv[:, 0].abs().max() == 0 and bool((result.profile.tv_high <= 1).all())
+    config.contexts = 4
+    with pytest.raises(ConfigError, match=r"prompts must hold at least contexts = 4 non-empty lines"):
+        config.validate()
+    capsys.readouterr()  # the fixture's save progress
+    code = main(["parallel-decoding", "--config", "parallel-decoding", "--out", str(tmp_path / "out"), "--set",
+                 f"prompts={tmp_path / 'missing.txt'}", "--set",
+                 f"models=[{{name: m, source: diffusion, name_or_path: '{model_dir}', trust_remote_code: true}}]"])
+    error = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(error) == 1 and "prompts:" in error[0] and "missing.txt cannot be read" in error[0]

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import ClassVar
+from pathlib import Path
+from typing import Any, ClassVar
 
 import torch
 
@@ -53,7 +54,10 @@ class ParallelDecodingConfig:
     """The ``parallel-decoding`` job (module docstring). ``thresholds``, ``factors``, ``frechet``: the parameters
     of the threshold, factor and Frechet rules checked; ``targets``: the errors a K is sought for; ``samples``:
     Monte Carlo draws per row where enumeration costs more; ``top_m``: values per position of the influence
-    estimate; ``length``: the row length of a diffusion LM without a tokenizer, and of the toy."""
+    estimate; ``length``: the row length of a diffusion LM without a tokenizer, and of the toy. ``prompts``: a text
+    file of the user's prompts, one per line: a diffusion LM's rows are then the first ``contexts`` of them (cut from
+    the left to the shortest) followed by ``length`` masked positions, as a sampler starts, and the window is the
+    first ``window`` of those (instead of random ids and a random window)."""
 
     JOB: ClassVar[str] = "parallel-decoding"
 
@@ -72,6 +76,7 @@ class ParallelDecodingConfig:
     length: int = 16
     device: str = "cpu"
     seed: int = 0
+    prompts: str | None = None
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` naming the first bad key."""
@@ -101,6 +106,14 @@ class ParallelDecodingConfig:
         require(self.length >= self.window + 2, "length", f"be >= window + 2 = {self.window + 2}", self.length)
         check_seed("seed", self.seed)
         check_device("device", self.device)
+        if self.prompts is not None:
+            lines = prompt_lines(self.prompts)
+            require(len(lines) >= self.contexts, "prompts", f"hold at least contexts = {self.contexts} non-empty "
+                    f"lines (one prompt each)", f"{len(lines)} in {self.prompts}")
+            require(any(model.source == "diffusion" for model in self.models), "prompts",
+                    "go with a diffusion LM among the models (source: diffusion)", self.prompts)
+            require(self.length >= self.window, "length", f"be >= window = {self.window}: the masked positions after "
+                    "each prompt", self.length)
 
     def rules(self) -> list[tuple[str, float]]:
         """Every ``(rule, parameter)`` the job checks, in :data:`~mlm_dynamics.diagnostics.parallel.RULES` order."""
@@ -133,15 +146,16 @@ def run_parallel_decoding(config: ParallelDecodingConfig, *, ledger: CostLedger 
     results = []
     for spec in config.models:
         with nullcontext() if ledger is None else ledger.phase(f"{spec.name}: load"):
-            denoiser, rows = _rows(spec, config)
+            denoiser, rows, candidates = _rows(spec, config)
         if ledger is not None and ledger.bare_forward_seconds is None:
             ledger.time_bare_forward(denoiser, rows)
         generator = as_generator(config.seed, "parallel-decoding", spec.name, device=denoiser.device)
-        sites, counts = denoiser.padded_sites(rows)
-        if int(counts.min()) < config.window:
-            raise ConfigError(f"window: {config.window} positions do not fit in a {spec.name} row with "
-                              f"{int(counts.min())} resampled positions")
-        candidates = random_window(sites, counts, config.window, generator)
+        if candidates is None:
+            sites, counts = denoiser.padded_sites(rows)
+            if int(counts.min()) < config.window:
+                raise ConfigError(f"window: {config.window} positions do not fit in a {spec.name} row with "
+                                  f"{int(counts.min())} resampled positions")
+            candidates = random_window(sites, counts, config.window, generator)
         with nullcontext() if ledger is None else ledger.phase(f"{spec.name}: profile"):
             profile = confidence_profile(denoiser, rows, candidates, max_k=config.window, rules=config.rules(),
                                          targets=config.targets, temperature=config.temperature,
@@ -151,26 +165,38 @@ def run_parallel_decoding(config: ParallelDecodingConfig, *, ledger: CostLedger 
     return results
 
 
-def _rows(spec: DecodingModel, config: ParallelDecodingConfig) -> tuple[Denoiser, torch.Tensor]:
-    """The model and its ``[contexts, L]`` rows (natural ones cut to a common length)."""
+def prompt_lines(path: str) -> list[str]:
+    """The non-empty lines of the prompts file; a :class:`ConfigError` naming ``prompts`` if it cannot be read."""
+    try:
+        text = Path(path).expanduser().read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"prompts: {path} cannot be read ({getattr(error, 'strerror', None) or error})") from None
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def _rows(spec: DecodingModel, config: ParallelDecodingConfig) -> tuple[Denoiser, torch.Tensor, torch.Tensor | None]:
+    """The model, its ``[contexts, L]`` rows (natural ones cut to a common length) and, for prompts, the window
+    to measure (``None``: a random one)."""
     if spec.source == "toy-compatible":
         toy = PairwiseMRFDenoiser.random(config.length, 2, scale=1.0, compatible=True,
                                          generator=as_generator(config.seed, "toy-model")).to(config.device)
         states = torch.randint(2, (config.contexts, config.length), generator=as_generator(config.seed, "toy-rows"))
-        return toy, states.to(config.device)
+        return toy, states.to(config.device), None
     if spec.source == "diffusion":
         assert spec.name_or_path is not None  # validated
         try:
-            denoiser, _ = load_diffusion_lm(spec.name_or_path, trust_remote_code=spec.trust_remote_code,
-                                            device=config.device)
+            denoiser, tokenizer = load_diffusion_lm(spec.name_or_path, trust_remote_code=spec.trust_remote_code,
+                                                    device=config.device)
         except (OSError, ValueError) as error:
             raise ConfigError(f"models: {spec.name}: {error}") from None
+        if config.prompts is not None:
+            return (denoiser, *_prompt_rows(denoiser, tokenizer, spec, config))
         allowed = denoiser.vocab.allowed_mask().nonzero().squeeze(1)
         frame = set(denoiser.vocab.frame_ids)
         allowed = torch.tensor([int(i) for i in allowed if int(i) not in frame])
         pick = torch.randint(len(allowed), (config.contexts, config.length),
                              generator=as_generator(config.seed, "diffusion-rows"))
-        return denoiser, allowed[pick].to(config.device)
+        return denoiser, allowed[pick].to(config.device), None
     denoiser, codec = build_model(ModelConfig(spec.source, spec.name_or_path, None, config.device))
     if spec.source == "antiberty":
         texts = [EXAMPLE_ANTIBODIES[k % len(EXAMPLE_ANTIBODIES)] for k in range(config.contexts)]
@@ -178,7 +204,26 @@ def _rows(spec: DecodingModel, config: ParallelDecodingConfig) -> tuple[Denoiser
         texts = sample_sentences(config.contexts, config.seed, split="heldout")
     encoded = [codec.encode(text) for text in texts]
     shortest = min(len(e) for e in encoded)
-    return denoiser, torch.tensor([e[:shortest - 1] + e[-1:] for e in encoded], device=denoiser.device)
+    return denoiser, torch.tensor([e[:shortest - 1] + e[-1:] for e in encoded], device=denoiser.device), None
 
 
-__all__ = ["SOURCES", "DecodingModel", "DecodingResult", "ParallelDecodingConfig", "run_parallel_decoding"]
+def _prompt_rows(denoiser: Denoiser, tokenizer: Any, spec: DecodingModel, config: ParallelDecodingConfig
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first ``contexts`` prompts, tokenised and cut from the left to the shortest, each followed by ``length``
+    masked positions (a sampler's start), and the first ``window`` of those as every row's window."""
+    assert config.prompts is not None and denoiser.vocab.mask_id is not None
+    if tokenizer is None:
+        raise ConfigError(f"prompts: the model {spec.name!r} has no tokenizer to read them with; leave prompts out "
+                          "(random rows) or give a model folder with its tokenizer")
+    encoded = [list(tokenizer(text)["input_ids"]) for text in prompt_lines(config.prompts)[:config.contexts]]
+    shortest = min(len(ids) for ids in encoded)
+    if shortest == 0:
+        raise ConfigError(f"prompts: a line of {config.prompts} tokenises to nothing")
+    rows = torch.tensor([ids[len(ids) - shortest:] + [denoiser.vocab.mask_id] * config.length for ids in encoded],
+                        device=denoiser.device)
+    window = torch.arange(shortest, shortest + config.window, device=denoiser.device)
+    return rows, window.expand(len(rows), -1)
+
+
+__all__ = ["SOURCES", "DecodingModel", "DecodingResult", "ParallelDecodingConfig", "prompt_lines",
+           "run_parallel_decoding"]
