@@ -8,7 +8,7 @@ around its value, one start and one final sequence per chain). Keys a reader doe
 checked, so a report stays readable while it grows; the version (``artifact.version``,
 :data:`~mlm_dynamics.report.artifacts.SCHEMA_VERSION`) changes when a key a reader takes changes. Reports written
 before the version existed read as version 0 when they pass the same checks. The JSON Schema of each model is
-published in the reference docs (``docs/reference/schema/``, written by ``docs/generate.py``).
+published in the reference docs (``docs/reference/report-schema.md``, written by ``docs/generate.py``).
 """
 
 from __future__ import annotations
