@@ -29,7 +29,7 @@ from .experiments.rectangles import RectangleTableConfig, run_rectangle_table
 from .experiments.semantics import CaseStudyConfig, run_case_study
 from .experiments.sweep import SweepConfig, run_sweep
 from .models.cost import CostLedger, process_started
-from .report.artifacts import claim_out
+from .report.artifacts import CHECKPOINTS, claim_out
 from .report.compare_report import compare_summary, write_compare_report
 from .report.decoding_report import parallel_decoding_summary, write_parallel_decoding
 from .report.history_report import findings, write_history_report
@@ -80,9 +80,6 @@ def out_path(text: str) -> Path:
     if not text.strip():
         raise argparse.ArgumentTypeError("--out must name a directory, got an empty string")
     return Path(text)
-
-
-CHECKPOINTS = {"run": "checkpoint.pt", "sweep": "sweep-checkpoint.pt"}
 
 
 def interrupted_line(args: argparse.Namespace, argv: list[str], detail: str) -> str:

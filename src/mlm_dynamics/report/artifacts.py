@@ -19,8 +19,8 @@ SCHEMA_VERSION = 1
 MARKERS = {"report.json": None, "compare.json": "compare", "history.json": "history"}
 """The file each command writes last, and the job it marks (``None``: read from the file, one per job)."""
 
-CHECKPOINTS = {"checkpoint.pt": "run", "sweep-checkpoint.pt": "sweep"}
-"""The checkpoint each resumable job keeps in its folder until its report is written."""
+CHECKPOINTS = {"run": "checkpoint.pt", "sweep": "sweep-checkpoint.pt"}
+"""The checkpoint each resumable job keeps in its folder (``--resume`` reads it)."""
 
 NOUNS = {"compare": "comparison", "history": "history report", "rectangle-table": "rectangle table",
          "parallel-decoding": "parallel-decoding job", "semantics": "semantics case study"}
@@ -75,7 +75,7 @@ def held_by(folder: Path) -> Held | None:
                 except (OSError, ValueError, RecursionError):
                     job = None
             return Held(job, name, finished=True)
-    for name, job in CHECKPOINTS.items():
+    for job, name in CHECKPOINTS.items():
         if (folder / name).is_file():
             return Held(job, name, finished=False)
     return None
@@ -99,7 +99,7 @@ def claim_out(folder: Path, job: str, *, resume: bool = False, overwrite: bool =
             (folder / held.file).unlink()
         return
     options = "add --resume to continue it, --overwrite to start again" if not held.finished else \
-        "add --overwrite to replace it" + (", --resume to continue it" if job in CHECKPOINTS.values() else "")
+        "add --overwrite to replace it" + (", --resume to continue it" if job in CHECKPOINTS else "")
     raise ValueError(f"--out {folder} holds {held.text()}; {options}, or choose another --out")
 
 
