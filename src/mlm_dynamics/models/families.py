@@ -317,7 +317,7 @@ def load_diffusion_lm(name_or_path: str, *, trust_remote_code: bool = False, fam
 
     available_device(device)
     source, local_only = locate_pretrained(name_or_path)
-    config = read_config(name_or_path, trust_remote_code=trust_remote_code)
+    config = read_config(name_or_path, trust_remote_code=trust_remote_code, located=(source, local_only))
     if family is not None and family not in FAMILIES:
         raise ValueError(f"family must be one of {sorted(FAMILIES)}, got {family!r}")
     detected = detect_family(config)

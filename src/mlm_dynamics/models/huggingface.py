@@ -264,7 +264,7 @@ def load_model(auto_class: Any, name_or_path: str, *, dtype: torch.dtype | None 
     from safetensors import SafetensorError
 
     source, local_only = locate_pretrained(name_or_path)
-    read_config(name_or_path, trust_remote_code=options.get("trust_remote_code", False))
+    read_config(name_or_path, trust_remote_code=options.get("trust_remote_code", False), located=(source, local_only))
     if dtype is not None:
         options.update(dtype_argument(dtype))
     try:
@@ -329,13 +329,15 @@ def _belongs_to(model: nn.Module, key: str) -> bool:
     return True
 
 
-def read_config(name_or_path: str, *, trust_remote_code: bool = False) -> Any:
+def read_config(name_or_path: str, *, trust_remote_code: bool = False, located: tuple[str, bool] | None = None
+                ) -> Any:
     """``AutoConfig.from_pretrained`` with every failure one error naming the model and its ``config.json``: none
     there, one that is not a file, one that does not parse, a value of the wrong type (``"vocab_size": "30"``), or
-    remote code without ``trust_remote_code=True``."""
+    remote code without ``trust_remote_code=True``. ``located``: what :func:`locate_pretrained` already returned for
+    ``name_or_path`` (looked up otherwise)."""
     from transformers import AutoConfig
 
-    source, local_only = locate_pretrained(name_or_path)
+    source, local_only = located if located is not None else locate_pretrained(name_or_path)
     config_file = Path(source) / "config.json"
     if local_only and Path(source).is_dir() and not config_file.is_file():
         raise FileNotFoundError(f"model {name_or_path!r}: its config.json is not a file" if config_file.exists()
