@@ -343,10 +343,21 @@ def check_commit_positions(denoiser: Denoiser, tokens: Tensor, positions: Tensor
     return mask
 
 
+MAX_ROWS = 4096
+""":func:`parallel_commit_error`'s default bound on the forward rows per row of an exact enumeration."""
+
+
+def enumerable(allowed: int, k: int, max_rows: int = MAX_ROWS) -> bool:
+    """Whether the error of committing ``k`` positions over ``allowed`` ids is enumerated exactly: the tree of
+    sequential forwards, ``1 + A + ... + A^(k-1)`` rows per row, fits in ``max_rows`` and the ``A^k`` joint values in
+    ``16 max_rows`` (else Monte Carlo)."""
+    return sum(allowed ** j for j in range(k)) <= max_rows and allowed ** k <= 16 * max_rows
+
+
 @torch.no_grad()
 def parallel_commit_error(denoiser: Denoiser, tokens: Tensor, positions: Tensor, *, temperature: float = 1.0,
                           top_k: int | None = None, top_p: float | None = None, orders: int = 1,
-                          samples: int = 256, max_rows: int = 4096, level: float = 0.95,
+                          samples: int = 256, max_rows: int = MAX_ROWS, level: float = 0.95,
                           generator: Randomness = 0, attention_mask: Tensor | None = None,
                           order: Literal["given", "confidence"] = "given",
                           method: Literal["betting", "student"] = "betting", top_m: int | None = None,
@@ -416,8 +427,7 @@ def _commit_error(tree: _Tree, *, orders: int, samples: int, max_rows: int, leve
     allowed = tree.denoiser.vocab.allowed_mask(device).nonzero().squeeze(1)
     batch, k_total = tree.positions.shape
     a = len(allowed)
-    tree_rows = sum(a ** k for k in range(k_total))
-    exact = tree_rows <= max_rows and a ** k_total <= 16 * max_rows
+    exact = enumerable(a, k_total, max_rows)
     certificate = (1 - confidences(tree.root)).sum(-1)
     sequence = _orders(k_total, orders, generator)
     nan = torch.full((batch,), math.nan, dtype=torch.float64, device=device)
@@ -821,6 +831,7 @@ def confidence_profile(denoiser: Denoiser, tokens: Tensor, candidates: Tensor, *
 
 __all__ = [
     "DEFAULT_RULES",
+    "MAX_ROWS",
     "RULES",
     "ConfidenceProfile",
     "DecodingSetting",
@@ -831,6 +842,7 @@ __all__ = [
     "check_rules",
     "confidence_profile",
     "confidences",
+    "enumerable",
     "first_order_error",
     "parallel_commit_error",
     "rule_commit_count",

@@ -48,7 +48,7 @@ import torch
 from torch import Tensor, nn
 
 from ..diagnostics.decoding import TEMPERATURE_GRID, effective_temperature_from, surprisal_statistics
-from ..diagnostics.parallel import parallel_commit_error
+from ..diagnostics.parallel import enumerable, parallel_commit_error
 from ..models.base import Denoiser, check_overhead
 from ..models.families import FAMILIES, check_named_family, denoiser_for, detect_family, family_mask_id
 from ..sampling.categorical import check_truncation, tempered_log_probs
@@ -203,8 +203,8 @@ class _Parallel:
         rows = 0
         for k in sorted(set(counts.tolist()) - {0, 1}):
             tree = sum(allowed ** j for j in range(k))
-            exact = tree <= 4096 and allowed ** k <= 16 * 4096  # parallel_commit_error's default max_rows
-            per_row = tree * (1 + self.orders) if exact else 1 + self.samples * (k - 1) * (1 + self.orders)
+            per_row = tree * (1 + self.orders) if enumerable(allowed, k) else \
+                1 + self.samples * (k - 1) * (1 + self.orders)
             rows += int((counts == k).sum()) * (per_row + k * self.top_m) + 1
         return rows
 
