@@ -26,6 +26,7 @@ import re
 import struct
 import zlib
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +37,15 @@ GROUPS = tuple(probe.group for probe in PROBES)
 
 
 # a declared key at the end of a logged name, after whatever prefix a logger or the user put before it
-_DECLARED = [rf"{p.group}/(?:train|val|predict)/{key_regex(k.name)}" for p in PROBES for k in p.keys]
+_DECLARED = {rf"{p.group}/(?:train|val|predict)/{key_regex(k.name)}": k for p in PROBES for k in p.keys}
 _KEY = re.compile(r"(?:^|/)(" + "|".join(_DECLARED) + r")$")
-_RANGES = [(re.compile(pattern), value_range(k)) for pattern, k in zip(_DECLARED, [k for p in PROBES for k in p.keys],
-                                                                        strict=True)]
+
+
+@cache
+def _range_of(name: str) -> tuple[float, float]:
+    """The values the declared key ``name`` (normalised) can take: :func:`value_range` of the key it matches, found
+    once per name."""
+    return next(value_range(key) for pattern, key in _DECLARED.items() if re.fullmatch(pattern, name))
 
 
 @dataclass
@@ -65,7 +71,7 @@ class LoggedRun:
         if match is None or not math.isfinite(value):
             return
         name = match.group(1)
-        low, high = next(limits for pattern, limits in _RANGES if pattern.fullmatch(name))
+        low, high = _range_of(name)
         if step < 0 or not low <= value <= high:
             what = f"step {step} is negative" if step < 0 else f"{value!r} is outside [{low:g}, {high:g}]"
             raise ValueError(f"{where}: {key} at step {step}: {what}, which no run logs (a damaged or edited log?)")
