@@ -29,7 +29,7 @@ import math
 import time
 import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
@@ -254,11 +254,6 @@ class Denoiser(nn.Module, abc.ABC):
         Under :func:`metering` the pass is counted (rows, tokens, one call) before it runs. With gradients off, a
         model in train mode is measured in eval mode and left in its own modes (the module docstring).
         """
-        first = next(self.parameters(), None)
-        if first is not None and first.is_meta:
-            raise ValueError(f"model: the {type(self).__name__}'s weights are on the meta device (built without "
-                             "weights, e.g. under init_empty_weights or torch.device('meta')); load or materialise "
-                             "them before measuring")
         limit = _DEADLINE.get()
         if limit is not None:
             limit.admit(int(tokens.shape[0]))
@@ -274,15 +269,21 @@ class Denoiser(nn.Module, abc.ABC):
                              "attention; pass rows without padding, or use a denoiser whose model takes masks "
                              "(MaskedLMDenoiser, FullSequenceDenoiser with attention=)")
         extra = {} if mask is None else {"attention_mask": mask}
-        if not torch.is_grad_enabled() and any(module.training for module in self._random_in_training()):
-            if not getattr(self, "_warned_train_mode", False):
-                self._warned_train_mode = True
-                warnings.warn(f"{type(self).__name__}: the model is in train mode (dropout on, so its conditionals "
-                              "are not a law); measured in eval mode, its modes left as they were", stacklevel=2)
-            with evaluating(self):
+        train_mode = not torch.is_grad_enabled() and any(module.training for module in self._random_in_training())
+        if train_mode and not getattr(self, "_warned_train_mode", False):
+            self._warned_train_mode = True
+            warnings.warn(f"{type(self).__name__}: the model is in train mode (dropout on, so its conditionals are "
+                          "not a law); measured in eval mode, its modes left as they were", stacklevel=2)
+        try:
+            with evaluating(self) if train_mode else nullcontext():
                 logits = self._masked_logits(tokens, positions, **extra)
-        else:
-            logits = self._masked_logits(tokens, positions, **extra)
+        except (RuntimeError, NotImplementedError):
+            first = next(self.parameters(), None)
+            if first is not None and first.is_meta:  # asked only when the forward failed: no cost on the hot path
+                raise ValueError(f"model: the {type(self).__name__}'s weights are on the meta device (built without "
+                                 "weights, e.g. under init_empty_weights or torch.device('meta')); load or "
+                                 "materialise them before measuring") from None
+            raise
         expected = (tokens.shape[0], positions.shape[1], self.vocab.size)
         if tuple(logits.shape) != expected:
             raise RuntimeError(f"{type(self).__name__} returned logits of shape {tuple(logits.shape)}, "
