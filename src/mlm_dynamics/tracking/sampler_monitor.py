@@ -292,9 +292,10 @@ class _Watcher:
             finally:
                 self.depth -= 1
             returned = time.perf_counter()
-            tokens = _tokens_of(args, kwargs)
-            if not self.depth and not self.busy and self.row_seconds is None and tokens is not None:
-                self.row_seconds = (returned - called) / max(tokens.shape[0], 1)  # the sampler's own rate
+            if not self.depth and not self.busy and self.row_seconds is None and self.parallel is not None:
+                tokens = _tokens_of(args, kwargs)  # the first step's rows: the sampler's own rate
+                if tokens is not None:
+                    self.row_seconds = (returned - called) / max(tokens.shape[0], 1)
             try:
                 self.after(args, kwargs, output)
             except Exception as error:  # the watch's own failure: it stops, the sampler runs on with its output
