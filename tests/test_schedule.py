@@ -98,6 +98,24 @@ def batch() -> torch.Tensor:
     return tokens
 
 
+def run_slowed_after_the_estimate(scheduled: ScheduledProbe, denoiser, clock: Clock, step: int) -> dict:
+    """The due ``step`` (0.5 s of loop), whose run's estimate (4 forwards) is timed at the usual rate and whose
+    forwards after it take ten times as long (a busy machine): what the run logged."""
+    forward, calls = denoiser.conditional_logits, []
+
+    def busy(tokens, *args, **kwargs):
+        logits = forward(tokens, *args, **kwargs)
+        calls.append(1)
+        clock.now += 9 * 0.02 * tokens.numel() / 32 if len(calls) > 4 else 0.0
+        return logits
+
+    denoiser.conditional_logits = busy
+    clock.now += 0.5
+    scheduled.capture(batch())
+    assert scheduled.due(step)
+    return scheduled.run(denoiser.model, denoiser, stage="train")
+
+
 def loop(scheduled: ScheduledProbe, denoiser, clock: Clock, steps: int, step_seconds: float) -> list[dict]:
     """``steps`` optimizer steps of ``step_seconds`` each, the probe asked at every one."""
     logged = []
@@ -447,19 +465,7 @@ def test_a_smaller_run_cut_short_below_its_least_value_is_not_logged_as_a_measur
     scheduled = ScheduledProbe(Stepped(steps=100, least=10), every_n_steps=100, overhead=0.05)
     scheduled.prepare(denoiser.model, denoiser)
     assert loop(scheduled, denoiser, clock, steps=99, step_seconds=0.5) == []
-    forward, calls = denoiser.conditional_logits, []
-
-    def busy(tokens, *args, **kwargs):  # the estimate's 4 forwards at the usual rate, then ten times slower
-        logits = forward(tokens, *args, **kwargs)
-        calls.append(1)
-        clock.now += 9 * 0.02 * tokens.numel() / 32 if len(calls) > 4 else 0.0
-        return logits
-
-    denoiser.conditional_logits = busy
-    clock.now += 0.5
-    scheduled.capture(batch())
-    assert scheduled.due(100)
-    logged = [scheduled.run(denoiser.model, denoiser, stage="train")]
+    logged = [run_slowed_after_the_estimate(scheduled, denoiser, clock, step=100)]
     assert scheduled.stopped_runs == 1 and scheduled.runs == 0 and len(logged) == 1
     assert "stepped/train/steps" not in logged[0] and logged[0]["stepped/train/stopped_runs"] == 1.0
     done = scheduled.last_metrics["stepped/train/run_fraction"] * 400
@@ -531,19 +537,7 @@ def test_a_stopped_run_is_kept_only_past_the_least_run_its_keys_stand_for(clock,
     scheduled = ScheduledProbe(Partial(steps=100, least=least), every_n_steps=1000, overhead=0.05)
     scheduled.prepare(denoiser.model, denoiser)
     assert loop(scheduled, denoiser, clock, steps=999, step_seconds=0.5) == []
-    forward, calls = denoiser.conditional_logits, []
-
-    def busy(tokens, *args, **kwargs):  # the estimate's 4 forwards at the usual rate, then ten times slower
-        logits = forward(tokens, *args, **kwargs)
-        calls.append(1)
-        clock.now += 9 * 0.02 * tokens.numel() / 32 if len(calls) > 4 else 0.0
-        return logits
-
-    denoiser.conditional_logits = busy
-    clock.now += 0.5
-    scheduled.capture(batch())
-    assert scheduled.due(1000)
-    metrics = scheduled.run(denoiser.model, denoiser, stage="train")
+    metrics = run_slowed_after_the_estimate(scheduled, denoiser, clock, step=1000)
     assert scheduled.stopped_runs == 1 and metrics["stepped/train/stopped_runs"] == 1.0
     assert ("stepped/train/steps" in metrics) == kept
     fraction = metrics["stepped/train/run_fraction"]
