@@ -30,11 +30,10 @@ def _plain_number(value: Any) -> Any:
     return value
 
 
-_Number = Annotated[float, BeforeValidator(_plain_number), Field(allow_inf_nan=False)]
-Finite = _Number
-Positive = Annotated[_Number, Field(gt=0)]
-NonNegative = Annotated[_Number, Field(ge=0)]
-Fraction = Annotated[_Number, Field(ge=0, le=1)]
+Finite = Annotated[float, BeforeValidator(_plain_number), Field(allow_inf_nan=False)]
+Positive = Annotated[Finite, Field(gt=0)]
+NonNegative = Annotated[Finite, Field(ge=0)]
+Fraction = Annotated[Finite, Field(ge=0, le=1)]
 Count = Annotated[int, BeforeValidator(_plain_number), Field(ge=0, le=2**53)]
 """A count: an integer (``4`` or ``4.0``, never ``4.5``), at most 2^53 (the largest a float holds exactly)."""
 Size = Annotated[int, BeforeValidator(_plain_number), Field(ge=1, le=2**53)]
