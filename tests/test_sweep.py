@@ -14,7 +14,12 @@ from mlm_dynamics.experiments import load_config
 from mlm_dynamics.experiments.sweep import SweepConfig, run_sweep
 from mlm_dynamics.report import sweep_figures
 from mlm_dynamics.report.sweep_report import write_sweep_report
-from mlm_dynamics.sampling.exact import expected_meeting_times, state_index
+from mlm_dynamics.sampling.exact import (
+    expected_meeting_times,
+    glauber_transition_matrix,
+    state_index,
+    stationary_distribution,
+)
 from mlm_dynamics.sampling.grid import START_KINDS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -367,3 +372,36 @@ def test_an_antiberty_cell_resamples_the_same_positions_in_any_grid(antiberty):
     grid = run_sweep(load_config(SweepConfig, None, [*common, "grid.lengths=[4, 8, 16]"]))
     assert alone.cell(1.0, 8).sites == grid.cell(1.0, 8).sites == list(range(97, 105))  # [CLS] at position 0
     assert set(grid.cell(1.0, 4).sites) < set(grid.cell(1.0, 8).sites) < set(grid.cell(1.0, 16).sites)
+
+
+def test_sweep_cells_are_certified_slow_or_fast_only_where_the_exact_chain_is():
+    """A 16-colour Potts chain (J = 5) at tau = 0.5 is trapped at its natural start (all colour 0): the exact law
+    from it is still >= 0.8 from stationarity at step 200, so d(200) > 1/4 and the witness's "slow: t_mix(1/4) > 200"
+    is true; at tau = 8 it mixes in tens of steps, and the coupling's "TV <= 1/4 by step t" between the natural start
+    and uniform fillings is true of the exact laws. Each cell's witness is its own: the same alone as in the grid.
+    The phase diagram hatches only the undecided cells. (At n = 2 a uniform filling meets the natural start too
+    often, 1 in 6, for 24 tested pairs to certify.)"""
+    overrides = ["model.source=potts", "model.states=16", "model.coupling=5.0", "grid.temperatures=[0.5, 8.0]",
+                 "grid.lengths=[3]", "grid.pairs=96", "grid.max_steps=200", "drift.enabled=false",
+                 "influence.enabled=false", "rectangle.enabled=false", "lag.enabled=false", "checkpoint_every=null"]
+    result = run_sweep(load_config(SweepConfig, None, overrides))
+    for cell in result.cells:
+        model = PairwiseMRFDenoiser.potts_chain(cell.num_sites, 16, 5.0)
+        kernel = glauber_transition_matrix(model, cell.num_sites, cell.temperature)
+        pi = stationary_distribution(kernel)
+        natural = torch.zeros(kernel.shape[0], dtype=torch.float64)
+        natural[0] = 1
+        uniform = torch.full_like(natural, 1 / kernel.shape[0])
+        bracket = cell.bracket
+        if cell.temperature == 0.5:
+            assert bracket.verdict == "slow" and bracket.slow_beyond == 200, bracket.text()
+            law = natural @ torch.linalg.matrix_power(kernel, 200)
+            assert 0.5 * float((law - pi).abs().sum()) > 0.8  # d(200) >= this > 1/4: the certificate is true
+        else:
+            assert bracket.verdict == "fast", bracket.text()
+            power = torch.linalg.matrix_power(kernel, bracket.forgotten_by)
+            assert 0.5 * float((natural @ power - uniform @ power).abs().sum()) <= 0.25
+    alone = run_sweep(load_config(SweepConfig, None, [*overrides, "grid.temperatures=[0.5]", "grid.lengths=[3]"]))
+    assert torch.equal(alone.cells[0].witness.values_b, result.cell(0.5, 3).witness.values_b)
+    states = sweep_figures.phase_states(result)
+    assert set(states[:, 0]) == {"slow"} and set(states[:, 1]) == {"fast"}

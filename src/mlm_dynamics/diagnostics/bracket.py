@@ -96,26 +96,31 @@ class MixingBracket:
         return f"undecided: {self.needs}"
 
 
+def forgotten_by(meeting: MeetingTimes, level: float = LEVEL, epsilon: float = DEFAULT_EPSILON) -> int | None:
+    """The first met time ``t`` at which the Clopper-Pearson upper limit (at ``level``) of the share of pairs not met
+    by ``t`` (censored pairs count as not met) is at most ``epsilon``: ``TV(a P^t, b P^t) <= epsilon`` certified, so
+    ``t_mix(epsilon) <= t`` from these starts (module docstring: the scan needs no correction). None if no such
+    ``t``. Cost: none."""
+    n = meeting.times.numel()
+    for t in sorted({int(t) for t, c in zip(meeting.times.tolist(), meeting.censored.tolist(), strict=True)
+                     if not c}):
+        k = int(((meeting.times > t) | meeting.censored).sum())
+        if _upper_limit(k, n, 1 - level) <= epsilon:
+            return t
+    return None
+
+
 def mixing_bracket(meeting: MeetingTimes, lower: MixingLowerBound | None, *,
                    epsilon: float = DEFAULT_EPSILON) -> MixingBracket:
     """The two sides of one cell from its coupled pairs' meeting times (upper side) and the paired witness bound of
     the same or further pairs at one horizon (``lower``; None where no witness was tested). Cost: none."""
-    alpha = 1 - LEVEL
     budget = int(meeting.budget)
     n = meeting.times.numel()
-    forgotten_by = None
-    if n:
-        steps = sorted({int(t) for t, c in zip(meeting.times.tolist(), meeting.censored.tolist(), strict=True)
-                        if not c})
-        for t in steps:
-            k = int(((meeting.times > t) | meeting.censored).sum())
-            if _upper_limit(k, n, alpha) <= epsilon:
-                forgotten_by = t
-                break
+    forgotten = forgotten_by(meeting, LEVEL, epsilon)
     slow_beyond = None if lower is None else lower.mixing_time_exceeds
     horizon = None if lower is None else int(lower.times[-1])
     needs = []
-    if slow_beyond is None and forgotten_by is None:
+    if slow_beyond is None and forgotten is None:
         if lower is not None:
             separated = max(float(lower.gap[-1]), 0.0)  # P(D = 1) where no pair has D = -1
             pairs = pairs_to_decide(separated, 0.5 + epsilon, above=True)
@@ -130,8 +135,8 @@ def mixing_bracket(meeting: MeetingTimes, lower: MixingLowerBound | None, *,
         pairs = pairs_to_decide(unmet, epsilon, above=False)
         needs.append(f"fast side: {pairs} pairs if they meet as these did" if pairs is not None else
                      f"fast side: {unmet:.0%} of pairs had not met by step {budget}: more steps")
-    return MixingBracket(slow_beyond=slow_beyond, forgotten_by=forgotten_by, horizon=horizon, budget=budget,
+    return MixingBracket(slow_beyond=slow_beyond, forgotten_by=forgotten, horizon=horizon, budget=budget,
                          needs="; ".join(needs))
 
 
-__all__ = ["MixingBracket", "mixing_bracket", "pairs_to_decide"]
+__all__ = ["MixingBracket", "forgotten_by", "mixing_bracket", "pairs_to_decide"]

@@ -59,23 +59,23 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import torch
 
 from .._random import Randomness, as_generator
+from .bracket import forgotten_by
 from .influence import InfluenceEstimate
 from .meeting import MeetingTimes
 from .rectangle import RectangleReport
 from .scaling import (
-    ExponentialRate,
     Growth,
-    exponential_rate,
     fit_scaling,
     growth_exponent,
     polynomial_slope,
     slow_brackets,
 )
+from .witness import PairedWitness
 
 HOLDS, FAILS, OPEN = "holds", "does not hold", "inconclusive"
 KAPPA = 3.0  # metastable: growth faster than n^KAPPA between the smallest and largest length
@@ -120,10 +120,14 @@ Cells = Mapping[tuple[float, int], MeetingTimes]
 @dataclass
 class Evidence:
     """What the claims read: the meeting times of each ``(tau, n)`` cell (the pairs of one length share random
-    numbers across temperatures), the rectangle test, the influence estimate, the fraction of observations in a
-    trap per temperature, and the number and stream of the power resamples (0: no power)."""
+    numbers across temperatures), the certified sides of ``t_mix(1/4)`` per cell - ``witness``, the paired witness
+    values (the slow side) and ``start_pairs``, the meeting times of the same two starts (the fast side) - the
+    rectangle test, the influence estimate, the fraction of observations in a trap per temperature, and the number
+    and stream of the power resamples (0: no power)."""
 
     times: Cells = field(default_factory=dict)
+    witness: Mapping[tuple[float, int], PairedWitness] = field(default_factory=dict)
+    start_pairs: Cells = field(default_factory=dict)
     rectangles: RectangleReport | None = None
     influence: InfluenceEstimate | None = None
     trapped: Mapping[float, float] = field(default_factory=dict)
@@ -163,7 +167,8 @@ def incompatibility(evidence: Evidence) -> Claim:
                  sample)
 
 
-def _fast_mixing_verdict(times: Cells) -> tuple[str, list[str]]:
+def _fast_mixing_verdict(evidence: Evidence) -> tuple[str, list[str]]:
+    times = evidence.times
     top = max(tau for tau, _ in times)
     fit = fit_scaling({n: t for (tau, n), t in times.items() if tau == top}, confidence=1 - ALPHA / 2)
     if fit.note:
@@ -240,110 +245,162 @@ def _limit(times: Cells, confidence: float) -> str:
     return pairs
 
 
-def _rates(times: Cells) -> list[ExponentialRate]:
-    """Per temperature with every length, the exponential rate net of polynomial growth, each two-sided interval at
-    ``1 - ALPHA / (2 T)`` (Bonferroni over the temperatures, and a factor 2 of margin for the skewed log-times of
-    exponential-like meeting times, with which a normal lower bound errs more often than its level)."""
+def _certified(evidence: Evidence, tau: float, n: int, alpha: float) -> tuple[int | None, int | None]:
+    """``(lower, upper)`` on ``t_mix(1/4)`` in cell ``(tau, n)``, each at ``1 - alpha``: the witness's certified
+    ``t_mix > lower`` (None: not certified or no witness) and the coupling's ``t_mix <= upper`` from the cell's two
+    starts (None: not certified)."""
+    witness, pairs = evidence.witness.get((tau, n)), evidence.start_pairs.get((tau, n))
+    lower = None if witness is None else witness.bound(1 - alpha).mixing_time_exceeds
+    upper = None if pairs is None or pairs.times.numel() == 0 else forgotten_by(pairs, 1 - alpha)
+    return lower, upper
+
+
+def _side(value: int | None, word: str) -> str:
+    return f"{word} {value}" if value is not None else "not certified"
+
+
+def _cubic_verdict(evidence: Evidence) -> tuple[str, list[str]]:
+    times = evidence.times
+    if len({n for _, n in times}) < 2:
+        return OPEN, ["one length only: growth in n needs at least two"]
     lengths = sorted({n for _, n in times})
-    temperatures = sorted({tau for tau, n in times if all((tau, m) in times for m in lengths)})
-    confidence = 1 - ALPHA / (2 * max(len(temperatures), 1))
-    return [exponential_rate({n: times[(tau, n)] for n in lengths}, temperature=tau, level=CLAIM_LEVEL,
-                             confidence=confidence, generator=as_generator(0, "exponential rate", tau))
-            for tau in temperatures]
+    small, large = lengths[0], lengths[-1]
+    temperatures = sorted({tau for tau, n in times if (tau, small) in times and (tau, large) in times})
+    alpha = ALPHA / (2 * len(temperatures))
+    scale = math.log(large / small)
+    certified, lines = [], []
+    for tau in temperatures:
+        _, upper = _certified(evidence, tau, small, alpha)
+        lower, _ = _certified(evidence, tau, large, alpha)
+        if lower is not None and upper is not None and math.log(lower / max(upper, 1)) / scale > KAPPA:
+            certified.append(tau)
+        lines.append(f"tau={tau:g}: t_mix(1/4) at n={small} {_side(upper, '<=')} (coupling), at n={large} "
+                     f"{_side(lower, '>')} (witness)" + (f": k > {math.log(lower / max(upper, 1)) / scale:.2f}"
+                                                         if lower is not None and upper is not None else ""))
+    growths = _growths(times)
+    verdict = HOLDS if certified else FAILS if all(g.high < KAPPA for g in growths) else OPEN
+    rule = (f"rule: holds when at some temperature the witness's certified lower bound on t_mix(1/4) at n={large} "
+            f"exceeds (n ratio)^{KAPPA:g} times the coupling's certified upper bound at n={small} (each at "
+            f"{1 - alpha:.4f}, all together at >= {1 - ALPHA:.0%}): a slow-side word needs a certified lower bound, "
+            "never censored meeting times alone; does not hold when at every temperature the meeting times "
+            f"(the coupling's upper side) grow confidently slower than n^{KAPPA:g} (a statement about these lengths)")
+    return verdict, [*lines, "meeting times (the fast side): " + "; ".join(_growth_lines(growths, times)), rule]
 
 
-def _metastable_verdict(times: Cells) -> tuple[str, list[str]]:
+def _local_exponents(evidence: Evidence, tau: float, lengths: list[int], alpha: float) -> tuple[float, float] | None:
+    """``(upper of the exponent from n1 to n2, lower of the exponent from n2 to n3)`` of ``t_mix(1/4)`` at ``tau``
+    for the smallest, middle and largest length, from the witness's lower bounds at n1, n3 and the coupling's
+    upper bound at n2 (each at ``1 - alpha``); None where one of them is not certified."""
+    n1, n2, n3 = lengths[0], lengths[len(lengths) // 2], lengths[-1]
+    low1, _ = _certified(evidence, tau, n1, alpha)
+    _, up2 = _certified(evidence, tau, n2, alpha)
+    low3, _ = _certified(evidence, tau, n3, alpha)
+    if low1 is None or up2 is None or low3 is None:
+        return None
+    return math.log(up2 / low1) / math.log(n2 / n1), math.log(low3 / max(up2, 1)) / math.log(n3 / n2)
+
+
+def _metastable_verdict(evidence: Evidence) -> tuple[str, list[str]]:
+    times = evidence.times
     lengths = sorted({n for _, n in times})
     if len(lengths) < 3:
         return OPEN, [f"n = {lengths}: exponential against polynomial growth needs three lengths"]
-    rates = _rates(times)
-    if not rates:
+    temperatures = sorted({tau for tau, n in times if all((tau, m) in times for m in lengths)})
+    if not temperatures:
         return OPEN, ["no temperature has every length"]
-    lines = [f"tau={r.temperature:g}: {r.describe()}" for r in rates]
-    shortfall = _pair_shortfall(times, rates[0].confidence)
-    if shortfall:
-        fewest, needed = shortfall
-        return OPEN, [*lines, f"{fewest} pairs per cell: the {CLAIM_LEVEL:.0%} quantile of so few pairs is one of "
-                              "their largest times, whose bootstrap spread understates its own, so these intervals "
-                              f"decide nothing; a rate at this confidence needs >= {needed} pairs per cell"]
-    verdict = HOLDS if any(r.low > 0 for r in rates) else OPEN
-    widths = [(r.high - r.low) / 2 for r in rates if math.isfinite(r.high) and not r.censored]
-    if verdict == OPEN and widths:
-        lines.append(f"smallest escape rate this design could detect (plug-in: the interval's half-width where no "
-                     f"quantile is censored): about {min(widths):.2g} per site; smaller rates are not told from "
-                     "polynomial growth at these lengths (longer lengths or more pairs would)")
-    elif verdict == OPEN:
-        lines.append("no temperature has its quantile below the budget at every length, so the smallest rate this "
-                     "design could detect is unknown (a censored quantile's interval measures the budget, not "
-                     "the chain)")
-    if any(r.censored for r in rates):
-        lines.append("a censored quantile enters at the budget, a lower bound: it can only hide growth, never create "
-                     "it; a larger budget (grid.max_steps) shows more")
-    lines.append(f"rule: log Q = a + k log n + r n for the {CLAIM_LEVEL:.0%} meeting-time quantile Q (bootstrap "
-                 f"variances, weighted least squares); holds when at some temperature the lower bound of r (at "
-                 f"{rates[0].confidence:.4f} each, all together at >= {1 - ALPHA:.0%}) is above 0: growth faster "
-                 "than any polynomial (n^k has r = 0, n log n slightly below); never refuted (a small rate is not "
-                 "told from polynomial growth at small n)")
+    if not evidence.witness:
+        return OPEN, ["no witness test: a slow-side word needs a certified lower bound on mixing, and meeting times "
+                      "that grow (or never end) bound it from above only"]
+    alpha = ALPHA / (3 * len(temperatures))
+    n1, n2, n3 = lengths[0], lengths[len(lengths) // 2], lengths[-1]
+    lines, verdict = [], OPEN
+    for tau in temperatures:
+        exponents = _local_exponents(evidence, tau, lengths, alpha)
+        if exponents is None:
+            sides = [_certified(evidence, tau, n, alpha) for n in (n1, n2, n3)]
+            lines.append(f"tau={tau:g}: t_mix(1/4) at n={n1} {_side(sides[0][0], '>')}, at n={n2} "
+                         f"{_side(sides[1][1], '<=')}, at n={n3} {_side(sides[2][0], '>')}: undecided")
+        else:
+            rising = exponents[1] > exponents[0]
+            verdict = HOLDS if rising else verdict
+            lines.append(f"tau={tau:g}: local exponent of t_mix(1/4) n={n1}->{n2} <= {exponents[0]:.2f}, "
+                         f"n={n2}->{n3} > {exponents[1]:.2f}" + (": rising (faster than any polynomial)"
+                                                                 if rising else ""))
+    lines.append(f"rule: holds when at some temperature the certified local exponent of t_mix(1/4) between n={n2} "
+                 f"and n={n3} (witness lower bound over coupling upper bound) exceeds its certified upper bound "
+                 f"between n={n1} and n={n2} (each bound at {1 - alpha:.4f}, all together at >= {1 - ALPHA:.0%}): "
+                 "a rising exponent, which no polynomial (with any power of log n) has; never refuted (a small rate "
+                 "is not told from polynomial growth at small n); meeting times alone decide nothing here (a "
+                 "coupling that never meets may belong to a fast chain); grid.witness_steps below the budget give the "
+                 "smaller lengths a horizon they can be certified at")
     return verdict, lines
 
 
-def _cubic_verdict(times: Cells) -> tuple[str, list[str]]:
-    if len({n for _, n in times}) < 2:
-        return OPEN, ["one length only: growth in n needs at least two"]
-    growths = _growths(times)
-    verdict = HOLDS if any(g.low > KAPPA for g in growths) else FAILS if all(g.high < KAPPA for g in growths) \
-        else OPEN
-    rule = (f"rule: holds when some temperature's lower bound exceeds {KAPPA:g}, does not hold when every upper "
-            f"bound is below {KAPPA:g} (a statement about these lengths)")
-    return verdict, [*_growth_lines(growths, times), rule]
-
-
-def _boundary_verdict(times: Cells) -> tuple[str, list[str]]:
+def _boundary_verdict(evidence: Evidence) -> tuple[str, list[str]]:
+    times = evidence.times
     lengths = sorted({n for _, n in times})
     if len(lengths) < 3:
         return OPEN, [f"n = {lengths}: a metastable temperature needs three lengths"]
-    slow = [r.temperature for r in _rates(times) if r.low > 0]
+    temperatures = sorted({tau for tau, n in times if all((tau, m) in times for m in lengths)})
+    alpha = ALPHA / (3 * max(len(temperatures), 1))
+    slow = [tau for tau in temperatures
+            if (e := _local_exponents(evidence, tau, lengths, alpha)) is not None and e[1] > e[0]]
     fast = [g.temperature for g in _growths(times) if g.high < KAPPA]
-    brackets = [b.describe() for b in slow_brackets(times)]
+    certified = {cell: None if w is None else w.bound(1 - ALPHA / 2).mixing_time_exceeds
+                 for cell, w in evidence.witness.items()}
+    brackets = [b.describe() for b in slow_brackets(times, slow_beyond=certified)]
     verdict = HOLDS if slow and any(tau > min(slow) for tau in fast) else OPEN
-    lines = [f"metastable (exponential rate above 0) at tau = {slow}" if slow else "no temperature is metastable "
-             "here: this grid cannot see a transition, so it cannot refute one (a lower temperature, or longer "
-             "lengths, would)", f"confidently slower than n^{KAPPA:g} at tau = {fast}",
-             "rule: holds when a metastable temperature has a higher one that grows slower than "
-             f"n^{KAPPA:g}: their ratio then grows without bound, so the slow region reaches higher temperatures as "
-             "n grows; never refuted",
-             "slow region per length (median at least 10x the highest temperature's; each end at >= 95 %): "
-             + "; ".join(brackets)]
+    lines = [f"metastable (certified rising exponent of t_mix) at tau = {slow}" if slow else "no temperature is "
+             "certified metastable here: this grid cannot see a transition, so it cannot refute one (a lower "
+             "temperature, longer lengths, or more pairs for the witness would)",
+             f"meeting times confidently slower than n^{KAPPA:g} at tau = {fast}",
+             "rule: holds when a certified metastable temperature has a higher one whose meeting times grow slower "
+             f"than n^{KAPPA:g}: their ratio then grows without bound, so the slow region reaches higher "
+             "temperatures as n grows; never refuted",
+             "slow region per length (certified t_mix(1/4) at least 10x the highest temperature's median meeting "
+             "time; each end at >= 95 %): " + "; ".join(brackets)]
     return verdict, lines
 
 
-def _resampled(times: Cells, generator: torch.Generator) -> dict[tuple[float, int], MeetingTimes]:
-    """The cells with their pairs resampled with replacement: within each length, one draw of pair indices for every
-    temperature (the pairs of one length share random numbers across temperatures)."""
-    out = {}
-    for n in sorted({n for _, n in times}):
-        column = {tau: t for (tau, m), t in times.items() if m == n}
-        count = min(t.times.numel() for t in column.values())
+def _resampled(evidence: Evidence, generator: torch.Generator) -> Evidence:
+    """The evidence with its pairs resampled with replacement: within each length, one draw of pair indices for
+    every temperature (the pairs of one length share random numbers across temperatures), for the meeting times,
+    the start pairs and the witness's tested pairs alike."""
+    def times_of(cells: Cells) -> dict[tuple[float, int], MeetingTimes]:
+        out = {}
+        for n in sorted({n for _, n in cells}):
+            column = {tau: t for (tau, m), t in cells.items() if m == n}
+            count = min(t.times.numel() for t in column.values())
+            pick = torch.randint(count, (count,), generator=generator)
+            for tau, t in column.items():
+                out[(tau, n)] = MeetingTimes(times=t.times.cpu()[pick], censored=t.censored.cpu()[pick], lag=t.lag,
+                                             max_steps=t.max_steps)
+        return out
+
+    witness = {}
+    for n in sorted({n for _, n in evidence.witness}):
+        column = {tau: w for (tau, m), w in evidence.witness.items() if m == n}
+        count = min(w.values_a.shape[1] for w in column.values())
         pick = torch.randint(count, (count,), generator=generator)
-        for tau, t in column.items():
-            out[(tau, n)] = MeetingTimes(times=t.times.cpu()[pick], censored=t.censored.cpu()[pick], lag=t.lag,
-                                         max_steps=t.max_steps)
-    return out
+        for tau, w in column.items():
+            witness[(tau, n)] = PairedWitness(w.times, w.values_a[:, pick], w.values_b[:, pick], w.name, w.learned)
+    return replace(evidence, times=times_of(evidence.times), start_pairs=times_of(evidence.start_pairs),
+                   witness=witness)
 
 
-def _power(rule: Callable[[Cells], tuple[str, list[str]]], evidence: Evidence, name: str) -> float:
+def _power(rule: Callable[[Evidence], tuple[str, list[str]]], evidence: Evidence, name: str) -> float:
     count = evidence.power_resamples
     if count < 1 or len({n for _, n in evidence.times}) < 2:
         return math.nan
     generator = as_generator(evidence.seed, "claims", name)
-    return sum(rule(_resampled(evidence.times, generator))[0] == HOLDS for _ in range(count)) / count
+    return sum(rule(_resampled(evidence, generator))[0] == HOLDS for _ in range(count)) / count
 
 
-def _scaling_claim(name: str, statement: str, rule: Callable[[Cells], tuple[str, list[str]]],
+def _scaling_claim(name: str, statement: str, rule: Callable[[Evidence], tuple[str, list[str]]],
                    evidence: Evidence) -> Claim:
     if not evidence.times:
         return Claim(name, statement, OPEN, ["no coupled pairs"])
-    verdict, lines = rule(evidence.times)
+    verdict, lines = rule(evidence)
     power = _power(rule, evidence, name)
     if not math.isnan(power):
         lines.append(f"plug-in power {power:.2f}: the fraction of {evidence.power_resamples} resamples of this "

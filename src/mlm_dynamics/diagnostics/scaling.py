@@ -43,7 +43,7 @@ from torch import Tensor
 from .meeting import MeetingTimes
 from .survival import DEFAULT_CONFIDENCE, quantile_bounds
 
-SLOW_FACTOR = 10.0  # slow: a median meeting time at least this many times the highest grid temperature's
+SLOW_FACTOR = 10.0  # slow: a certified t_mix(1/4) at least this many times the highest temperature's median meeting
 
 
 def _least_squares(x: Tensor, y: Tensor, confidence: float) -> tuple[float, float, float, float]:
@@ -310,10 +310,11 @@ def growth_exponent(small: MeetingTimes, large: MeetingTimes, num_small: int, nu
 
 @dataclass(frozen=True)
 class SlowBracket:
-    """Where the slow region ends at one length: every temperature up to ``slow_up_to`` is confidently slow (median
-    at least :data:`SLOW_FACTOR` times the highest grid temperature's), ``fast_from`` is the lowest temperature above
-    it that is confidently not; ``0``: no grid temperature is confidently slow, ``inf``: none above is confidently
-    fast. Each statement holds with probability at least ``confidence``."""
+    """Where the slow region ends at one length: every temperature up to ``slow_up_to`` is certified slow (a witness
+    certifies ``t_mix(1/4)`` beyond :data:`SLOW_FACTOR` times the upper bound of the highest grid temperature's
+    median meeting time), ``fast_from`` is the lowest temperature above it whose median meeting time is confidently
+    below that factor of the highest temperature's (the coupling's side); ``0``: no grid temperature is certified
+    slow, ``inf``: none above is confidently fast. Each statement holds with probability at least ``confidence``."""
 
     num_sites: int
     slow_up_to: float
@@ -322,41 +323,51 @@ class SlowBracket:
 
     def describe(self) -> str:
         """``n=8: slow up to 0.5, fast from 1`` in words."""
-        slow = "no temperature confidently slow" if self.slow_up_to == 0 else f"slow up to tau={self.slow_up_to:g}"
+        slow = ("no temperature certified slow" if self.slow_up_to == 0
+                else f"certified slow up to tau={self.slow_up_to:g}")
         fast = ("none above confidently fast (below the highest temperature)" if math.isinf(self.fast_from)
                 else f"fast (< {SLOW_FACTOR:g}x) from tau={self.fast_from:g}")
         return f"n={self.num_sites}: {slow}, {fast}"
 
 
 def slow_bracket(num_sites: int, times_by_temperature: Mapping[float, MeetingTimes], *,
-                 confidence: float = DEFAULT_CONFIDENCE) -> SlowBracket:
-    """:class:`SlowBracket` at one length from the median meeting times of each temperature (``{tau: times}``,
-    the highest temperature the reference). Each comparison uses one-sided median bounds of the two cells at
-    ``(1 + confidence) / 2``; cells share random numbers across temperatures, which union bounds allow."""
+                 confidence: float = DEFAULT_CONFIDENCE,
+                 slow_beyond: Mapping[float, int | None] | None = None) -> SlowBracket:
+    """:class:`SlowBracket` at one length from the median meeting times of each temperature (``{tau: times}``, the
+    highest temperature the reference) and the witness-certified lower bounds ``slow_beyond`` (``{tau: t}``,
+    ``t_mix(1/4) > t`` at ``(1 + confidence) / 2``; a temperature missing or None is not certified). A censored
+    meeting time is never evidence of slowness: only a certified lower bound puts a temperature in the slow region.
+    Each comparison uses one-sided bounds at ``(1 + confidence) / 2``; cells share random numbers across
+    temperatures, which union bounds allow."""
     taus = sorted(times_by_temperature)
     side = (1 + confidence) / 2
+    certified = slow_beyond or {}
     reference = times_by_temperature[taus[-1]]
     ref_low, ref_high = quantile_bounds(reference.times, reference.censored, 0.5, side)
     slow_up_to, fast_from = 0.0, math.inf
     for tau in taus[:-1]:
         times = times_by_temperature[tau]
-        low, high = quantile_bounds(times.times, times.censored, 0.5, side)
-        if math.isfinite(ref_high) and low >= SLOW_FACTOR * max(ref_high, 1):
+        _, high = quantile_bounds(times.times, times.censored, 0.5, side)
+        lower = certified.get(tau)
+        if math.isfinite(ref_high) and lower is not None and lower >= SLOW_FACTOR * max(ref_high, 1):
             slow_up_to, fast_from = tau, math.inf
         elif math.isinf(fast_from) and high < SLOW_FACTOR * max(ref_low, 1) and tau > slow_up_to:
             fast_from = tau
     return SlowBracket(num_sites=num_sites, slow_up_to=slow_up_to, fast_from=fast_from, confidence=confidence)
 
 
-def slow_brackets(times: Mapping[tuple[float, int], MeetingTimes], *,
-                  confidence: float = DEFAULT_CONFIDENCE) -> list[SlowBracket]:
-    """:func:`slow_bracket` for each length of ``{(tau, n): times}`` (lengths with at least two temperatures)."""
+def slow_brackets(times: Mapping[tuple[float, int], MeetingTimes], *, confidence: float = DEFAULT_CONFIDENCE,
+                  slow_beyond: Mapping[tuple[float, int], int | None] | None = None) -> list[SlowBracket]:
+    """:func:`slow_bracket` for each length of ``{(tau, n): times}`` (lengths with at least two temperatures), with
+    the certified lower bounds ``slow_beyond`` of ``{(tau, n): t}``."""
     lengths = sorted({n for _, n in times})
+    certified = slow_beyond or {}
     out = []
     for n in lengths:
         column = {tau: t for (tau, m), t in times.items() if m == n}
         if len(column) >= 2:
-            out.append(slow_bracket(n, column, confidence=confidence))
+            out.append(slow_bracket(n, column, confidence=confidence,
+                                    slow_beyond={tau: t for (tau, m), t in certified.items() if m == n}))
     return out
 
 

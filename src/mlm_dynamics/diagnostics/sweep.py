@@ -8,7 +8,8 @@ start kind separately (a pair from the natural start against a random filling, a
 behave differently at low temperature). They are deterministic functions of the cell's own times.
 
 :func:`analyse_grid` fits ``T = n (C(tau) log n + B)`` per temperature whose pairs all met, and brackets the slow
-region at each length (:func:`~.scaling.slow_brackets`).
+region at each length (:func:`~.scaling.slow_brackets`: slow where the cell's witness certifies it, fast where the
+meeting times show it).
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ from typing import Any
 from torch import Tensor
 
 from ..sampling.grid import START_KINDS
+from .bracket import MixingBracket, mixing_bracket
 from .meeting import HittingTimes, MeetingTimes
 from .scaling import ScalingFit, SlowBracket, fit_by_temperature, fit_scaling, slow_brackets
 from .survival import DEFAULT_CONFIDENCE, SurvivalSummary, estimate_quantile, summarise_survival
+from .witness import PairedWitness
 
 
 @dataclass
@@ -41,7 +44,11 @@ class SweepCell:
             ``trace_every`` steps from step 0 to the budget (0 once met: met pairs stay together).
         draws: the first pair of each start kind as text: ``kind``, ``met_at`` (-1: never met), ``x_start``,
             ``y_start``, ``x_end`` and ``y_end`` (at the meeting, or at the budget).
+        witness: the paired witness test of the natural-random pairs (the slow side), None where the cell has too
+            few of them.
         survival, by_kind: censoring-aware summaries of all pairs and of each start kind present.
+        bracket: both sides of ``t_mix(1/4)`` from the natural-random pairs (:func:`~.bracket.mixing_bracket`):
+            certified slow by the witness, certified fast by their meeting times, or undecided.
     """
 
     temperature: float
@@ -56,17 +63,27 @@ class SweepCell:
     coupling_trace: Tensor | None = None
     trace_every: int = 1
     draws: list[dict[str, Any]] = field(default_factory=list)
+    witness: PairedWitness | None = None
     survival: SurvivalSummary | None = None
     by_kind: dict[str, SurvivalSummary] = field(default_factory=dict)
+    bracket: MixingBracket | None = None
 
     def summarise(self, confidence: float = DEFAULT_CONFIDENCE) -> None:
-        """Fill :attr:`survival` and :attr:`by_kind` (intervals at ``confidence``)."""
+        """Fill :attr:`survival`, :attr:`by_kind` (intervals at ``confidence``) and :attr:`bracket`."""
         budget = self.meeting.budget
         times, censored = self.meeting.times, self.meeting.censored
         self.survival = summarise_survival(times, censored, budget, confidence=confidence)
         self.by_kind = {name: summarise_survival(times[self.kinds == k], censored[self.kinds == k], budget,
                                                  confidence=confidence)
                         for k, name in enumerate(START_KINDS) if (self.kinds == k).any()}
+        self.bracket = mixing_bracket(self.start_pairs, None if self.witness is None else self.witness.bound())
+
+    @property
+    def start_pairs(self) -> MeetingTimes:
+        """Meeting times of the natural-random pairs: the two starts both sides of :attr:`bracket` compare."""
+        chosen = self.kinds == START_KINDS.index("natural-random")
+        return MeetingTimes(times=self.meeting.times[chosen], censored=self.meeting.censored[chosen],
+                            lag=self.meeting.lag, max_steps=self.meeting.max_steps)
 
     def state_dict(self) -> dict[str, Any]:
         """The measurements (not the summaries, which :meth:`summarise` recomputes), as tensors and numbers."""
@@ -78,7 +95,8 @@ class SweepCell:
                 "hitting": {str(k): times(v) for k, v in self.hitting.items()}, "change_rate": self.change_rate,
                 "lagged": None if self.lagged is None else times(self.lagged), "drift_curve": list(self.drift_curve),
                 "coupling_trace": self.coupling_trace, "trace_every": self.trace_every,
-                "draws": [dict(draw) for draw in self.draws]}
+                "draws": [dict(draw) for draw in self.draws],
+                "witness": None if self.witness is None else self.witness.state_dict()}
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> SweepCell:
@@ -89,7 +107,8 @@ class SweepCell:
                    change_rate=float(state["change_rate"]),
                    lagged=None if state["lagged"] is None else MeetingTimes(**state["lagged"]),
                    drift_curve=list(state["drift_curve"]), coupling_trace=state.get("coupling_trace"),
-                   trace_every=int(state.get("trace_every", 1)), draws=list(state.get("draws", [])))
+                   trace_every=int(state.get("trace_every", 1)), draws=list(state.get("draws", [])),
+                   witness=None if state.get("witness") is None else PairedWitness(**state["witness"]))
 
     @property
     def n_log_n(self) -> float:
@@ -100,7 +119,8 @@ class SweepCell:
         """The cell's row: the censoring-aware summary of all pairs (:meth:`~.survival.SurvivalSummary.summary`) and
         of each start kind (``{kind}/...``), the median and restricted mean over ``n log n``, hitting-time medians
         per threshold (``hitting_time_median_d{d}``, missing with ``..._lower_bound_d{d}`` where censored), the change
-        rate and TV bounds."""
+        rate, TV bounds and both sides of ``t_mix(1/4)`` (``mixing_time_exceeds``, ``forgotten_by``, ``nan`` where
+        not certified; ``witness_horizon``, ``tv_lower``, ``d_lower``, ``witness_pairs``)."""
         out = {"temperature": self.temperature, "num_sites": float(self.num_sites)}
         if self.survival is not None:
             out.update(self.survival.summary())
@@ -115,6 +135,14 @@ class SweepCell:
             out[f"hitting_censored_fraction_d{threshold:g}"] = times.censored_fraction
         if self.lagged is not None:
             out.update({k: v for k, v in self.lagged.summary(tv_steps=tv_steps).items() if k.startswith("tv_bound")})
+        if self.bracket is not None:
+            sides = self.bracket.summary()
+            out.update({"mixing_time_exceeds": sides["mixing_time_exceeds"], "forgotten_by": sides["forgotten_by"],
+                        "witness_horizon": sides["horizon"]})
+        if self.witness is not None:
+            lower = self.witness.bound()
+            out.update({"tv_lower": float(lower.tv_lower[-1]), "d_lower": float(lower.d_lower[-1]),
+                        "witness_pairs": float(lower.num_chains)})
         return out
 
 
@@ -139,7 +167,11 @@ def analyse_grid(cells: Sequence[SweepCell], *, thresholds: Sequence[float] = ()
                                                  confidence=confidence)
                           for threshold in thresholds}
                     for tau, row in rows.items() if thresholds and all(c.hitting for c in row)}
-    brackets = slow_brackets({(c.temperature, c.num_sites): c.meeting for c in cells}, confidence=confidence)
+    side = (1 + confidence) / 2
+    certified = {(c.temperature, c.num_sites): None if c.witness is None else c.witness.bound(side).mixing_time_exceeds
+                 for c in cells}
+    brackets = slow_brackets({(c.temperature, c.num_sites): c.meeting for c in cells}, confidence=confidence,
+                             slow_beyond=certified)
     return GridAnalysis(fits=fits, hitting_fits=hitting_fits, brackets=brackets)
 
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from scipy import stats
@@ -155,9 +156,12 @@ def energy_below(energy: Callable[[Tensor], Tensor], threshold: float | Tensor) 
 
 def token_profile(train_a: Tensor, train_b: Tensor) -> Witness:
     """Binary witness learned from chains ``train_a``, ``train_b`` ``[M, L]`` of the two starts: naive Bayes on
-    per-position token counts, ``1[sum_j log((c_a[j, x_j] + 1/2) / (c_b[j, x_j] + 1/2)) > 0]`` (tokens unseen in
-    training share one bucket). Valid on chains independent of the training ones: the default witness of
-    :func:`mixing_lower_bound` learns it on half the rows; the run job on the other temperatures' pairs. Cost: none.
+    per-position token counts, ``1[sum_j log(p_a(j, x_j) / p_b(j, x_j)) > 0]`` with ``p(j, x) ∝ c[j, x] + 1/2`` for a
+    token seen at position ``j`` in either training set and, for one seen there in neither, the Good-Turing mass of
+    new tokens ``p(j, new) ∝ s[j] + 1/2`` (``s[j]``: tokens seen exactly once at ``j``): a side whose chains wander
+    meets new tokens, a side held at its start does not. Valid on chains independent of the training ones: the
+    default witness of :func:`mixing_lower_bound` learns it on half the rows; the run job on the other temperatures'
+    pairs, the sweep on the other half of a cell's pairs. Cost: none.
 
     Examples:
         >>> import torch
@@ -178,7 +182,14 @@ def token_profile(train_a: Tensor, train_b: Tensor) -> Witness:
         table = torch.zeros(length, vocab.numel() + 1, dtype=torch.float64)
         return table.scatter_add_(1, bucket(tokens).T, torch.ones(length, tokens.shape[0], dtype=torch.float64))
 
-    log_ratio = (counts(train_a) + 0.5).log() - (counts(train_b) + 0.5).log()  # [L, U + 1]
+    count_a, count_b = counts(train_a), counts(train_b)
+    seen = (count_a + count_b) > 0  # [L, U + 1]: a token seen at a position by either side
+    for table in (count_a, count_b):  # a token new at a position takes the side's Good-Turing mass of new tokens
+        table[:, -1] = (table[:, :-1] == 1).sum(1)
+    new_a, new_b = count_a[:, -1:].expand_as(count_a), count_b[:, -1:].expand_as(count_b)
+    log_ratio = torch.where(seen, (count_a + 0.5).log() - (count_b + 0.5).log(),
+                            (new_a + 0.5).log() - (new_b + 0.5).log())
+    log_ratio[:, -1] = ((new_a[:, 0] + 0.5).log() - (new_b[:, 0] + 0.5).log())
 
     def classify(tokens: Tensor) -> Tensor:
         score = log_ratio.gather(1, bucket(tokens).T).sum(0)  # [N]
@@ -432,6 +443,56 @@ def witness_bound(values_a: Tensor, values_b: Tensor, *, times: Tensor | Sequenc
                             learned=learned, paired=paired)
 
 
-__all__ = ["DEFAULT_EPSILON", "MixingLowerBound", "Witness", "agreement", "chains_to_certify", "clopper_pearson_lower",
-           "energy_below",
-           "mixing_lower_bound", "nearer_start", "token_profile", "within_radius", "witness_bound"]
+@dataclass
+class PairedWitness:
+    """A binary witness's values on the two chains of ``N`` coupled pairs at ``H`` horizons, kept so that the bound
+    can be drawn at any level (a claim's Bonferroni share) and resampled (its plug-in power). A pair that met has the
+    same value on both chains from then on (its states are those it met in).
+
+    Attributes:
+        times: ``[H]`` increasing steps.
+        values_a, values_b: ``[H, N]`` witness values (0 or 1) of the chains from start ``a`` and from ``b``.
+        name: the witness's name; ``learned``: fitted on pairs other than these (the design spends as many).
+    """
+
+    times: Tensor
+    values_a: Tensor
+    values_b: Tensor
+    name: str = LEARNED
+    learned: bool = True
+
+    def bound(self, level: float = 0.95, epsilon: float = DEFAULT_EPSILON) -> MixingLowerBound:
+        """The paired bound at ``level``, simultaneous over the horizons (:func:`witness_bound`). Cost: none."""
+        return witness_bound(self.values_a[:, None], self.values_b[:, None], times=self.times, binary=[True],
+                             names=[self.name], level=level, epsilon=epsilon, paired=True, learned=self.learned)
+
+    def resampled(self, generator: torch.Generator) -> PairedWitness:
+        """The same horizons with the pairs drawn with replacement (one draw for every horizon)."""
+        pick = torch.randint(self.values_a.shape[1], (self.values_a.shape[1],), generator=generator)
+        return PairedWitness(self.times, self.values_a[:, pick], self.values_b[:, pick], self.name, self.learned)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Tensors and names, for checkpoints and shard files."""
+        return {"times": self.times, "values_a": self.values_a, "values_b": self.values_b, "name": self.name,
+                "learned": self.learned}
+
+
+def paired_token_profile(states: Tensor, times: Sequence[int], *, learn: Tensor, test: Tensor) -> PairedWitness:
+    """The learned witness on coupled pairs: at each horizon a :func:`token_profile` fitted on the pairs ``learn``
+    and evaluated on the pairs ``test`` (``states [H, 2, P, L]``: both chains of ``P`` pairs, a met pair's two chains
+    equal; ``learn``, ``test`` disjoint index tensors of independent pairs). Cost: none."""
+    if not set(learn.tolist()).isdisjoint(test.tolist()):
+        raise ValueError("learn and test must be disjoint pairs: a witness must be fixed before the pairs it is "
+                         "tested on")
+    values_a, values_b = [], []
+    for index in range(states.shape[0]):
+        witness = token_profile(states[index, 0, learn], states[index, 1, learn])
+        values_a.append(witness(states[index, 0, test]))
+        values_b.append(witness(states[index, 1, test]))
+    return PairedWitness(torch.as_tensor(list(times), dtype=torch.long), torch.stack(values_a),
+                         torch.stack(values_b))
+
+
+__all__ = ["DEFAULT_EPSILON", "MixingLowerBound", "PairedWitness", "Witness", "agreement", "chains_to_certify",
+           "clopper_pearson_lower", "energy_below", "mixing_lower_bound", "nearer_start", "paired_token_profile",
+           "token_profile", "within_radius", "witness_bound"]

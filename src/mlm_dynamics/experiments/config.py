@@ -366,7 +366,13 @@ class SweepModelConfig(ModelConfig):
 @dataclass
 class GridConfig:
     """Temperatures x lengths; ``pairs`` coupled pairs per cell (their start kinds alternate over ``starts``)
-    followed for at most ``max_steps`` steps."""
+    followed for at most ``max_steps`` steps.
+
+    The certified slow side rides on the natural-random pairs of each cell: at the budget (the step reached) and at
+    each of ``witness_steps`` below it, the token-profile witness learned on the odd-numbered of those pairs is
+    tested, paired, on the even-numbered ones (:mod:`~mlm_dynamics.diagnostics.witness`; a met pair counts 0),
+    certifying ``t_mix(1/4) > t`` at 95 % where it separates them. Each horizon shares the level (Bonferroni); a
+    cell needs about 44 pairs (11 tested) to certify at one horizon. No forward rows beyond the pairs'."""
 
     temperatures: list[float] = field(default_factory=lambda: [0.5, 1.0, 2.0, 4.0])
     lengths: list[int] = field(default_factory=lambda: [4, 8, 16])
@@ -374,6 +380,7 @@ class GridConfig:
     max_steps: int = 2000
     starts: list[str] = field(default_factory=lambda: list(START_KINDS))
     seed: int = 0
+    witness_steps: list[int] = field(default_factory=list)
 
     def validate(self, key: str = "grid") -> None:
         """Raise :class:`ConfigError` naming ``{key}.<field>`` for the first value that is out of range."""
@@ -387,6 +394,9 @@ class GridConfig:
         require(len(self.starts) > 0 and set(self.starts) <= set(START_KINDS), f"{key}.starts",
                 f"be a non-empty list of {list(START_KINDS)}", self.starts)
         check_seed(f"{key}.seed", self.seed)
+        require(all(isinstance(t, int) and t >= 1 for t in self.witness_steps) and
+                self.witness_steps == sorted(set(self.witness_steps)), f"{key}.witness_steps",
+                "be increasing steps >= 1 (the budget is always tested)", self.witness_steps)
 
 
 @dataclass

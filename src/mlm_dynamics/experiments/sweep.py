@@ -40,6 +40,7 @@ from ..diagnostics.influence import InfluenceEstimate, estimate_influence
 from ..diagnostics.meeting import HittingTimes, MeetingTimes, meeting_times_of
 from ..diagnostics.rectangle import RectangleReport, sample_rectangles
 from ..diagnostics.sweep import GridAnalysis, SweepCell, analyse_grid
+from ..diagnostics.witness import PairedWitness, paired_token_profile
 from ..embedders.base import HiddenStateEmbedder, cosine_distance
 from ..models.base import Denoiser, OutOfTime, forward_deadline
 from ..models.cost import CostLedger
@@ -124,8 +125,8 @@ class _Drift:
 @dataclass
 class _Group:
     """The cells that share one model (and one natural start): its pairs (``starts``: both chains' start tokens,
-    ``traces``: the pairs' distances every ``trace_every`` steps), optional drift chains, and ``decode`` (ids to
-    text)."""
+    ``traces``: the pairs' distances every ``trace_every`` steps, ``snapshots``: both chains at each witness step),
+    optional drift chains, and ``decode`` (ids to text)."""
 
     denoiser: Denoiser
     natural: Tensor
@@ -135,6 +136,13 @@ class _Group:
     starts: tuple[Tensor, Tensor]
     traces: list[Tensor]
     drift: _Drift | None = None
+    snapshots: dict[int, Tensor] = field(default_factory=dict)
+
+    def snapshot(self, step: int) -> None:
+        """Both chains of every pair now (``[2, P, L]``; a met pair's ``y`` is its ``x``), for the witness test."""
+        state = self.pairs.state
+        met = (state.met_at >= 0)[:, None]
+        self.snapshots[step] = torch.stack([state.x.tokens, torch.where(met, state.x.tokens, state.y)]).cpu()
 
     def active(self) -> bool:
         return self.pairs.active() or (self.drift is not None and self.drift.active())
@@ -194,6 +202,8 @@ def run_sweep(config: SweepConfig, out_dir: Path | None = None, *, resume: bool 
                         distance = group.pairs.step() if group.pairs.active() else torch.zeros_like(group.traces[0])
                         if step % trace_every(grid.max_steps) == 0:
                             group.traces.append(distance.cpu())
+                        if step in grid.witness_steps:
+                            group.snapshot(step)
                         if group.drift is not None:
                             group.drift.advance(step)
                     bar(step, sum(int((g.pairs.state.met_at < 0).sum()) for g in groups))
@@ -258,8 +268,10 @@ def finish(config: SweepConfig, cells: list[SweepCell], *, influence: InfluenceE
         cell.summarise(config.confidence)
     analysis = analyse_grid(cells, thresholds=config.drift.thresholds if config.drift.enabled else (),
                             confidence=config.confidence)
-    evidence = Evidence(times={(c.temperature, c.num_sites): c.meeting for c in cells}, rectangles=rectangles,
-                        influence=influence, seed=config.grid.seed)
+    evidence = Evidence(times={(c.temperature, c.num_sites): c.meeting for c in cells},
+                        witness={(c.temperature, c.num_sites): c.witness for c in cells if c.witness is not None},
+                        start_pairs={(c.temperature, c.num_sites): c.start_pairs for c in cells},
+                        rectangles=rectangles, influence=influence, seed=config.grid.seed)
     spent, uncompacted = rows["pair_rows_spent"], rows["pair_rows_uncompacted"]
     rows = {**rows, "rows_saved_fraction": 1 - spent / uncompacted if uncompacted else 0.0}
     return SweepResult(config=config, cells=cells, analysis=analysis, claims=assess_claims(evidence),
@@ -397,12 +409,13 @@ def _cell_means(values: Tensor, cell: Tensor) -> Tensor:
 
 def _snapshot(group: _Group) -> dict[str, Any]:
     return {"pairs": group.pairs.state.state_dict(), "traces": torch.stack(group.traces),
-            "drift": None if group.drift is None else group.drift.state_dict()}
+            "drift": None if group.drift is None else group.drift.state_dict(), "snapshots": dict(group.snapshots)}
 
 
 def _restore(group: _Group, state: dict[str, Any]) -> None:
     group.pairs.state = CoupledState.from_state_dict(state["pairs"], group.denoiser.device)
     group.traces = list(state["traces"])
+    group.snapshots = dict(state["snapshots"])
     if group.drift is not None and state["drift"] is not None:
         group.drift.load_state_dict(state["drift"], group.denoiser.device)
 
@@ -420,7 +433,8 @@ def _collect(group: _Group, config: SweepConfig, steps: int) -> list[SweepCell]:
         result = SweepCell(temperature=cell.temperature, num_sites=cell.num_sites, sites=list(cell.sites),
                            meeting=MeetingTimes(times=torch.where(censored, steps, met_at), censored=censored,
                                                 max_steps=steps), kinds=kinds,
-                           coupling_trace=traces[:, pairs], trace_every=every, draws=_draws(group, pairs))
+                           coupling_trace=traces[:, pairs], trace_every=every, draws=_draws(group, pairs),
+                           witness=_witness(group, pairs, steps))
         if group.drift is not None:
             rows = group.drift.layout.cell == index
             for threshold, times in zip(sorted(config.drift.thresholds), hitting, strict=True):
@@ -431,6 +445,23 @@ def _collect(group: _Group, config: SweepConfig, steps: int) -> list[SweepCell]:
             result.drift_curve = [float(curve[index]) for curve in group.drift.curves]
         out.append(result)
     return out
+
+
+def _witness(group: _Group, rows: Tensor, steps: int) -> PairedWitness | None:
+    """The cell's paired witness test (:class:`~mlm_dynamics.experiments.config.GridConfig`): its natural-random
+    pairs in pair order, the odd-numbered learning the token profile and the even-numbered tested, at each witness
+    step reached and at ``steps`` (the budget or the step reached). Pairs of one cell draw from their own streams,
+    so the two halves are independent and the test is the cell's own (the same alone, in a grid or a shard). None
+    with fewer than 2 tested pairs."""
+    natural = rows[group.pairs.kind[rows] == START_KINDS.index("natural-random")]
+    learn, test = natural[1::2], natural[0::2]
+    if test.numel() < 2:
+        return None
+    if steps not in group.snapshots:
+        group.snapshot(steps)
+    horizons = sorted(t for t in group.snapshots if t <= steps)
+    states = torch.stack([group.snapshots[t] for t in horizons])
+    return paired_token_profile(states, horizons, learn=learn, test=test)
 
 
 def _draws(group: _Group, rows: Tensor) -> list[dict[str, Any]]:

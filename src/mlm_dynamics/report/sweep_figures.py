@@ -34,17 +34,34 @@ def phase_matrix(result: SweepResult) -> tuple[np.ndarray, np.ndarray]:
     return values, censored
 
 
-def phase_diagram(result: SweepResult) -> Figure:
-    """Heatmap over (tau, n) of the median meeting time / (n log n); a censored median is hatched and coloured by its
-    lower bound, and the end of the slow region at each length is bracketed (:func:`~.scaling.slow_brackets`)."""
+def phase_states(result: SweepResult) -> np.ndarray:
+    """``[lengths, temperatures]`` verdict of each cell's bracket: ``slow`` (a witness certifies ``t_mix(1/4)``
+    beyond its horizon), ``fast`` (the coupling certifies that the two starts are forgotten) or ``undecided``."""
     temperatures, lengths = _grid(result)
-    values, censored = phase_matrix(result)
+    states = np.full((len(lengths), len(temperatures)), "undecided", dtype=object)
+    for cell in result.cells:
+        assert cell.bracket is not None, "cells are summarised when the sweep finishes"
+        states[lengths.index(cell.num_sites), temperatures.index(cell.temperature)] = cell.bracket.verdict
+    return states
+
+
+def phase_diagram(result: SweepResult) -> Figure:
+    """Heatmap over (tau, n) of the median meeting time / (n log n) (a censored median coloured by its lower bound)
+    with each cell's state: ``slow`` and ``fast`` written in the cells certified so (:func:`phase_states`), the
+    undecided hatched; the end of the slow region at each length is bracketed (:func:`~.scaling.slow_brackets`)."""
+    temperatures, lengths = _grid(result)
+    values, _ = phase_matrix(result)
+    states = phase_states(result)
     figure = new_figure()
     axes = figure.add_subplot()
     image = axes.imshow(np.log10(values), origin="lower", aspect="auto", cmap=COLORMAP)
     figure.colorbar(image, ax=axes, label="log10 median meeting time / (n log n)")
-    for row, col in zip(*np.nonzero(censored), strict=True):
-        axes.add_patch(Rectangle((col - 0.5, row - 0.5), 1, 1, fill=False, hatch="xx", edgecolor="white", lw=0))
+    for row, col in np.ndindex(states.shape):
+        if states[row, col] == "undecided":
+            axes.add_patch(Rectangle((col - 0.5, row - 0.5), 1, 1, fill=False, hatch="xx", edgecolor="white", lw=0))
+        else:
+            axes.text(col, row, states[row, col], ha="center", va="center", color="white", fontsize=9,
+                      fontweight="bold")
     position = {tau: k for k, tau in enumerate(temperatures)}
     for bracket in result.analysis.brackets:
         row = lengths.index(bracket.num_sites)
@@ -55,8 +72,8 @@ def phase_diagram(result: SweepResult) -> Figure:
     axes.set_yticks(range(len(lengths)), [str(n) for n in lengths])
     axes.set_xlabel("temperature tau")
     axes.set_ylabel("resampled sites n")
-    axes.set_title("Median coupling time over (tau, n); hatched: beyond the budget; bar: end of the slow region",
-                   fontsize=9)
+    axes.set_title("Median coupling time over (tau, n); slow / fast: certified (95 %); hatched: undecided; bar: end "
+                   "of the slow region", fontsize=9)
     return figure
 
 

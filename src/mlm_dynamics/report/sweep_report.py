@@ -22,7 +22,8 @@ def sweep_report(result: SweepResult) -> dict[str, Any]:
     ``censored`` flag and ``start_kinds``, the resampled ``sites``, the pairs' mean distance every ``trace_every``
     steps in ``coupling_trace_mean``, and ``draws``: a pair of each start kind as text), ``sweep.fit``,
     ``sweep.slow_region``, ``sweep.rectangles``, ``sweep.influence``. A censored quantile is ``null`` beside its
-    ``..._lower_bound``."""
+    ``..._lower_bound``. Each cell's ``verdict`` (``slow``, ``fast``, ``undecided``) and ``verdict_text`` state both
+    sides of ``t_mix(1/4)`` (``mixing_time_exceeds`` from the witness, ``forgotten_by`` from the coupling)."""
     tv_steps = result.config.lag.t_values if result.config.lag.enabled else ()
     cells = []
     for cell in result.cells:
@@ -32,7 +33,9 @@ def sweep_report(result: SweepResult) -> dict[str, Any]:
                       "trace_every": cell.trace_every,
                       "coupling_trace_mean": (None if cell.coupling_trace is None
                                               else cell.coupling_trace.double().mean(1).tolist()),
-                      "draws": cell.draws})
+                      "draws": cell.draws,
+                      **({} if cell.bracket is None else {"verdict": cell.bracket.verdict,
+                                                          "verdict_text": cell.bracket.text()})})
     analysis = result.analysis
     fits = [{"temperature": tau, **fit.summary(), "lengths": fit.lengths, "note": fit.note}
             for tau, fit in sorted(analysis.fits.items())]
@@ -98,12 +101,16 @@ def _sections(result: SweepResult, report: dict[str, Any], drawn: dict[str, Figu
     overview = Section("Phase diagram", paragraphs=[
         "Each cell runs maximally coupled pairs of Glauber chains at temperature tau on n resampled sites until they "
         "meet or the step budget ends. The colour is the Kaplan-Meier median meeting time over n log n: flat along a "
-        "column where meeting times grow like n log n, rising where the chains slow down. A hatched cell has its "
-        "median beyond the budget: it is coloured by its lower bound, budget / (n log n), and its true value is "
-        "higher. The white bars bracket the end of the slow region at each length (a median at least 10 times the "
-        "highest temperature's).",
+        "column where meeting times grow like n log n, rising where the chains slow down; a median beyond the budget "
+        "is coloured by its lower bound, budget / (n log n). Each cell's state is written in it: slow (a witness "
+        "certifies t_mix(1/4) beyond its horizon at 95 %), fast (the natural-random pairs met: TV <= 1/4 between the "
+        "two starts certified at 95 %), hatched where neither side is certified (the Cells table says what it would "
+        "need): a censored meeting time is no evidence of slow mixing. The white bars bracket the end of the slow "
+        "region at each length (certified t_mix(1/4) at least 10 times the highest temperature's median meeting "
+        "time).",
         *[f'<span class="note">{html.escape(note)}</span>' for note in result.notes]],
-        figures=[(drawn["phase_diagram"], "median meeting time / (n log n); hatched: censored (lower bound)"),
+        figures=[(drawn["phase_diagram"], "median meeting time / (n log n); slow / fast: certified; hatched: "
+                  "undecided"),
                  (drawn["survival"], "Kaplan-Meier P(T_meet > t) (solid: natural-random, dashed: random-random)")])
     slow = [{"n": b["num_sites"], "slow up to tau": b["slow_up_to"], "fast from tau": b["fast_from"]}
             for b in sweep["slow_region"]]
@@ -134,7 +141,8 @@ def _sections(result: SweepResult, report: dict[str, Any], drawn: dict[str, Figu
               "q90": quantile_text(c, "meeting_time_q90"),
               "restricted mean": _interval(c["meeting_time_restricted_mean"], c["meeting_time_restricted_mean_low"],
                                            c["meeting_time_restricted_mean_high"]),
-              "change rate": c["change_rate"]} for c in sweep["cells"]]
+              "change rate": c["change_rate"], "t_mix(1/4) (95 %)": c.get("verdict_text", "—")}
+             for c in sweep["cells"]]
     sections.append(Section("Cells", tables=[(f"every cell: Kaplan-Meier quantiles ('est. > b': the estimate lies "
                                               f"beyond the budget) with order-statistic intervals and the coverage "
                                               f"they achieve; restricted mean E min(T, budget) with its >= "
@@ -199,6 +207,9 @@ def sweep_summary(result: SweepResult) -> str:
             lines.append(f"  tau={tau:g}: C = {fit.C:.3g} [{fit.C_low:.3g}, {fit.C_high:.3g}] (T = n (C log n + B) on "
                          f"these lengths, B = {fit.B:.3g}), {extrapolated}, log-log slope {fit.slope:.2f} "
                          f"[{fit.slope_low:.2f}, {fit.slope_high:.2f}] over {fit.num_pairs} pairs")
+    states = [c.bracket.verdict for c in result.cells if c.bracket is not None]
+    lines.append(f"  cells: {states.count('slow')} certified slow, {states.count('fast')} certified fast, "
+                 f"{states.count('undecided')} undecided (t_mix(1/4), each side at 95 %)")
     lines += [f"  {bracket.describe()}" for bracket in result.analysis.brackets]
     for claim in result.claims.claims:
         power = "" if math.isnan(claim.power) else f" (plug-in power {claim.power:.2f})"
