@@ -18,7 +18,7 @@ from mlm_dynamics.models.huggingface import dtype_argument
 from mlm_dynamics.sampling.blocks import BlockSchedule
 from mlm_dynamics.sampling.categorical import tempered_log_probs
 from mlm_dynamics.sampling.coupling import randomize_sites
-from mlm_dynamics.tracking.sampler_monitor import ORDER, TIE, monitor_sampler
+from mlm_dynamics.tracking.sampler_monitor import ORDER, TIE, monitor_sampler, padded_rows
 
 HF_FAMILIES = ("llada", "dream", "mdlm", "bd3lm")
 EOS = 2
@@ -218,6 +218,38 @@ def test_weights_dtype_uses_the_keyword_of_this_transformers():
 
     expected = "dtype" if Version(transformers.__version__) >= Version("4.56") else "torch_dtype"
     assert dtype_argument(torch.float16) == {expected: torch.float16}
+
+
+def test_padded_prompts_without_an_attention_mask_are_warned_about_once_and_named_in_the_trace(directories):
+    """Fast-dLLM right-pads batched prompts with EOS ([prompt, EOS, ..., EOS, mask, ...]); passed without an attention
+    mask, the model attends to the padding and every conditional the watch reads is the padded row's. The watch
+    says so once (left padding too) and returns the decode unchanged; with the mask passed it says nothing."""
+    import warnings
+
+    llada = attach("llada", directories)[1]
+    samplers = build.samplers()
+    prompt = torch.randint(3, build.VOCAB - 1, (3, 6), generator=torch.Generator().manual_seed(2))
+    right, left = prompt.clone(), prompt.clone()
+    right[1, 3:] = EOS
+    left[2, :2] = EOS
+
+    def run(tokens, mask=None):
+        return lambda: samplers.llada_generate(llada, tokens, attention_mask=mask, gen_length=4, block_length=4,
+                                               steps=2, mask_id=build.MASK_ID,
+                                               generator=torch.Generator().manual_seed(0))
+
+    assert padded_rows(torch.tensor([[5, EOS, build.MASK_ID], [EOS, 5, build.MASK_ID], [5, 6, build.MASK_ID]]),
+                       build.MASK_ID, EOS) == ([1], [0])
+    with pytest.warns(RuntimeWarning, match=r"rows \[1\] end their prompt, right before the masked region"):
+        trace = monitor_sampler(llada, run(right))
+    assert torch.equal(trace.final, run(right)()) and "padding id 2" in trace.padding
+    with pytest.warns(RuntimeWarning, match=r"rows \[2\] start with the padding id 2"):
+        monitor_sampler(llada, run(left))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        masked = monitor_sampler(llada, run(right, (right != EOS).long()))
+        plain = monitor_sampler(llada, run(prompt))
+    assert masked.padding is None and plain.padding is None
 
 
 def test_the_monitor_refuses_what_does_not_fit_and_never_loses_the_output(directories):

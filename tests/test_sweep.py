@@ -197,7 +197,7 @@ def test_sweep_cli_resumes_bit_identically_after_an_interrupt(tmp_path, capsys, 
 
     common = ["--quiet", "--set", "grid.temperatures=[0.6, 2.0]", "--set", "grid.lengths=[3, 5]",
               "--set", "grid.pairs=6", "--set", "grid.max_steps=120", "--set", "checkpoint_every=20",
-              "--set", "influence.enabled=false"]
+              "--set", "influence.enabled=false", "--set", "grid.witness_steps=[30]"]  # a snapshot before the stop
     assert main(["sweep", "--out", str(tmp_path / "whole"), *common]) == 0
     real = sweep.PairGrid.step
 
@@ -214,6 +214,7 @@ def test_sweep_cli_resumes_bit_identically_after_an_interrupt(tmp_path, capsys, 
     reports = [json.loads((tmp_path / d / "report.json").read_text())["sweep"] for d in ("whole", "split")]
     assert reports[0]["cells"] == reports[1]["cells"] and reports[0]["fit"] == reports[1]["fit"]
     assert reports[1]["cells"][0]["coupling_trace_mean"] and reports[1]["cells"][0]["draws"]  # compared above too
+    assert "tv_lower_t30" in reports[1]["cells"][0] and "tv_lower_t120" in reports[1]["cells"][0]
 
 
 def test_the_coupling_trace_and_the_draws_agree_with_the_meeting_times():

@@ -120,7 +120,8 @@ class SweepCell:
         of each start kind (``{kind}/...``), the median and restricted mean over ``n log n``, hitting-time medians
         per threshold (``hitting_time_median_d{d}``, missing with ``..._lower_bound_d{d}`` where censored), the change
         rate, TV bounds and both sides of ``t_mix(1/4)`` (``mixing_time_exceeds``, ``forgotten_by``, ``nan`` where
-        not certified; ``witness_horizon``, ``tv_lower``, ``d_lower``, ``witness_pairs``)."""
+        not certified; ``witness_horizon``, ``tv_lower``, ``d_lower``, ``witness_pairs``, ``tv_lower_t{t}`` at each
+        horizon)."""
         out = {"temperature": self.temperature, "num_sites": float(self.num_sites)}
         if self.survival is not None:
             out.update(self.survival.summary())
@@ -143,6 +144,7 @@ class SweepCell:
             lower = self.witness.bound()
             out.update({"tv_lower": float(lower.tv_lower[-1]), "d_lower": float(lower.d_lower[-1]),
                         "witness_pairs": float(lower.num_chains)})
+            out.update({k: v for k, v in lower.summary().items() if k.startswith("tv_lower_t")})
         return out
 
 

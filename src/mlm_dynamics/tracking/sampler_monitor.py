@@ -73,6 +73,8 @@ class SamplerTrace:
         output: ``run()``'s return value as it was.
         problem: why the watch stopped early or saw nothing (warned once as well), ``None`` when it watched every
             step; the sampler's output is kept either way.
+        padding: at the first step, rows padded (left, or a right-padded prompt before the masked region) with no
+            attention mask passed (warned once as well; :func:`padded_rows`), ``None`` otherwise.
         parallel: with ``parallel=True``, per step: ``k`` (mean committed per row), ``k_max``, ``tv`` (mean over rows
             of the error of committing the row's set at once; 0 for a single position), ``tv_low``/``tv_high`` (its
             interval, means), ``tv_max``, ``first_order`` (influence estimate, mean), ``certificate`` (mean
@@ -101,6 +103,7 @@ class SamplerTrace:
     metrics: list[dict[str, float]] = field(default_factory=list)
     output: Any = None
     problem: str | None = None
+    padding: str | None = None
     parallel: list[dict[str, float]] = field(default_factory=list)
     parallel_seconds: float = 0.0
     parallel_problem: str | None = None
@@ -174,6 +177,19 @@ def _row_mask(args: tuple[Any, ...], kwargs: dict[str, Any], tokens: Tensor) -> 
         if isinstance(value, Tensor) and value.dim() == 4 and value.dtype == torch.bool:
             return value[:, 0].diagonal(dim1=-2, dim2=-1)
     return None
+
+
+def padded_rows(tokens: Tensor, mask_id: int, padding_id: int) -> tuple[list[int], list[int]]:
+    """``(left, right)``: rows of a decode's first state ``tokens [B, L]`` that start with ``padding_id`` (left
+    padding) and rows where it comes right before the first masked position after some other token (a right-padded
+    prompt: ``[prompt, pad, ..., pad, mask, ...]``). At the first call nothing is committed yet, so a padding id
+    there belongs to the prompt. Cost: none."""
+    masked = tokens == mask_id
+    first = torch.where(masked.any(1), masked.float().argmax(1), torch.full_like(masked[:, 0], -1, dtype=torch.long))
+    before = tokens.gather(1, (first - 1).clamp_min(0)[:, None])[:, 0]
+    left = (tokens[:, 0] == padding_id).nonzero().squeeze(1).tolist()
+    right = ((first > 1) & (before == padding_id) & (tokens[:, 0] != padding_id)).nonzero().squeeze(1).tolist()
+    return left, right
 
 
 TIE = 1e-4
@@ -264,8 +280,9 @@ class _Watcher:
 
     def __init__(self, mask_id: int, shift: int, temperature: float, monitor: ChainMonitor | None,
                  parallel: _Parallel | None = None, top_k: int | None = None, top_p: float | None = None,
-                 overhead: float | None = None) -> None:
+                 overhead: float | None = None, padding_id: int | None = None) -> None:
         self.mask_id, self.shift, self.temperature, self.monitor = mask_id, shift, temperature, monitor
+        self.padding_id = padding_id
         self.top_k, self.top_p = top_k, top_p
         self.parallel, self.overhead = parallel, overhead
         self.started, self.watch_seconds = time.perf_counter(), 0.0  # the sampler's own time: the rest
@@ -335,8 +352,24 @@ class _Watcher:
         if self.shift:  # position i is predicted at i - shift
             logits = torch.cat([logits[:, : self.shift], logits[:, : -self.shift]], dim=1)
         mask = _row_mask(args, kwargs, tokens)
+        if self.previous is None and mask is None and self.padding_id is not None:
+            self._check_padding(tokens)
         self.step(tokens.detach(), logits)
         self.row_mask = None if mask is None else mask.detach().cpu()
+
+    def _check_padding(self, tokens: Tensor) -> None:
+        """At the first step, padded prompts passed without an attention mask: warned once, and said in the trace
+        (the sampler's model attended to the padding, so its conditionals, and what the watch reads from them, are
+        those of the padded rows, not the prompts')."""
+        left, right = padded_rows(tokens.detach().cpu(), self.mask_id, int(self.padding_id or 0))
+        if left or right:
+            kind = ("start with" if left else "end their prompt, right before the masked region, with (right "
+                    "padding, as Fast-dLLM builds batched prompts, if it is not the prompt's own)")
+            self.trace.padding = (f"rows {(left or right)[:5]} {kind} the padding id {self.padding_id} and the "
+                                  "sampler passed no attention_mask: the model attends to the padding, so the "
+                                  "conditionals (and what is measured from them) are those of the padded rows; "
+                                  "pass the attention mask to the model, or decode each prompt unpadded")
+            warnings.warn(f"monitor_sampler: {self.trace.padding}", RuntimeWarning, stacklevel=4)
 
     def _place(self, window: Tensor, logits: Tensor, replace: Any) -> tuple[Tensor, Tensor] | None:
         """A call on a window of the sequence with a KV cache (Fast-dLLM's prefix cache: the suffix from the current
@@ -606,7 +639,10 @@ def monitor_sampler(model: nn.Module, run: Callable[[], Any], monitor: ChainMoni
         if denoiser.vocab.mask_id != mask_id:
             raise ValueError(f"denoiser: its mask id {denoiser.vocab.mask_id} is not the sampler's {mask_id}")
         measure = _Parallel(denoiser, temperature, parallel_samples, top_m, order_spread, top_k, top_p)
-    watcher = _Watcher(mask_id, shift, temperature, monitor, measure, top_k, top_p, overhead)
+    padding_id = getattr(denoiser, "padding_id", None) if denoiser is not None else \
+        getattr(getattr(model, "config", None), "pad_token_id", None) if chosen is not None else None
+    watcher = _Watcher(mask_id, shift, temperature, monitor, measure, top_k, top_p, overhead,
+                       padding_id if isinstance(padding_id, int) and padding_id != mask_id else None)
     watcher.trace.parallel_order = ORDER if measure is not None else None
     own = model.__dict__.get("forward")  # an instance attribute of its own, put back afterwards
     model.forward = watcher.watch(model.forward)
@@ -620,4 +656,4 @@ def monitor_sampler(model: nn.Module, run: Callable[[], Any], monitor: ChainMoni
     return watcher.finish(output)
 
 
-__all__ = ["ORDER", "TIE", "SamplerTrace", "monitor_sampler"]
+__all__ = ["ORDER", "TIE", "SamplerTrace", "monitor_sampler", "padded_rows"]
