@@ -638,6 +638,22 @@ def test_bd3lm_attaches_in_one_line_and_its_bos_is_never_a_site(directories):
     assert bool((state.tokens[:, 0] == 1).all())
 
 
+def test_without_a_tokenizer_the_frame_comes_from_the_config_or_a_warning(directories):
+    """BD3-LM's sampler starts every sequence with BOS. Without a tokenizer the frame ids come from the config
+    (``bos_token_id``), and the block schedule leaves BOS out; a config naming none is warned about once, naming the
+    tokenizer, instead of a BOS silently resampled in block 0."""
+    model = attach("bd3lm", directories)[1]
+    with pytest.warns(RuntimeWarning, match=r"bd3lm samples start with BOS.*pass the tokenizer"):
+        assert denoiser_for(model).vocab.frame_ids == ()
+    model.config.bos_token_id = 1
+    denoiser = denoiser_for(model)
+    assert denoiser.vocab.frame_ids == (1,) and 1 in denoiser.vocab.forbidden_ids
+    tokens = torch.randint(3, build.VOCAB - 1, (2, 8), generator=torch.Generator().manual_seed(3))
+    tokens[:, 0] = 1
+    schedule = BlockSchedule.from_model(model, start=0)
+    assert schedule.sites(tokens, 0, frame_ids=denoiser.vocab.frame_ids).tolist() == [[1, 2, 3]] * 2
+
+
 def test_a_model_that_refuses_the_call_is_named_with_the_call_it_got(directories):
     """BD3-LM with another attention backend asserts in sample mode without a message: the adapter names the model,
     the call and the route that passes the family's own arguments, instead of a bare AssertionError."""

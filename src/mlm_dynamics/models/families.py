@@ -26,6 +26,7 @@ registry builds on :mod:`.full_sequence`, which knows no family.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +54,7 @@ class Family:
         time_conditioning: ``"config"`` (``config.time_conditioning``), ``"always"`` or ``"never"``.
         call_kwargs: constant keyword arguments of the sampling path.
         block_size_from: the config attribute of the block size (block diffusion).
+        starts_with_bos: its sampler starts every sequence with BOS, a frame token the chains must leave alone.
         graph: the ``config.graph.type`` the family needs (SEDD: ``absorb``; its uniform graph has no mask state).
         remote_code: the transformers versions its published modeling code loads with.
         documentation: the how-to page.
@@ -71,6 +73,7 @@ class Family:
     time_conditioning: str = "never"
     call_kwargs: Mapping[str, Any] = field(default_factory=dict)
     block_size_from: str | None = None
+    starts_with_bos: bool = False
     graph: str | None = None
     remote_code: str = ""
     documentation: str = "how-to/diffusion-families.md"
@@ -98,7 +101,7 @@ FAMILIES: dict[str, Family] = {family.name: family for family in (
     Family("bd3lm", "BD3-LM (kuleshov-group): block diffusion, block-causal attention in sample mode",
            model_types=("bd3lm",), class_names=("BD3LM",), mask_id="last", time_argument="timesteps",
            time_conditioning="config", call_kwargs={"sample_mode": True},
-           block_size_from="block_size"),
+           block_size_from="block_size", starts_with_bos=True),
     Family("sedd", "SEDD (Lou, Meng and Ermon): score entropy discrete diffusion with the absorbing graph",
            class_names=("SEDD",), mask_id="last", time_argument="sigma", time_conditioning="always", graph="absorb"),
 )}
@@ -207,19 +210,22 @@ def attention_format(family: Family) -> Callable[[Tensor | None], dict[str, Any]
     return None
 
 
-def special_ids(family: Family, tokenizer: Any, size: int, mask_id: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def special_ids(family: Family, tokenizer: Any, size: int, mask_id: int,
+                config: Any = None) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """``(forbidden, frame)`` ids: the mask id and the tokenizer's special tokens are never proposed, except EOS where
-    padding is EOS (answers end with it); BOS, CLS and SEP (and a pad id that is not EOS) are frame tokens."""
-    eos = getattr(tokenizer, "eos_token_id", None)
-    specials = set(getattr(tokenizer, "all_special_ids", None) or [])
+    padding is EOS (answers end with it); BOS, CLS and SEP (and a pad id that is not EOS) are frame tokens. Without a
+    tokenizer, those the model's ``config`` names (``bos_token_id``, ...) are the frame tokens, never proposed either."""
+    source = tokenizer if tokenizer is not None else config
+    eos = getattr(source, "eos_token_id", None)
+    structural = {getattr(source, name, None) for name in ("bos_token_id", "cls_token_id", "sep_token_id")}
+    pad = getattr(source, "pad_token_id", None)
+    if not family.pad_is_eos:
+        structural.add(pad)
+    frame = tuple(sorted(i for i in structural if isinstance(i, int) and i < size and i != mask_id))
+    specials = set(getattr(tokenizer, "all_special_ids", None) or []) if tokenizer is not None else set(frame)
     if family.pad_is_eos and eos is not None:
         specials.discard(eos)
     forbidden = tuple(sorted({mask_id, *specials} & set(range(size))))
-    structural = {getattr(tokenizer, name, None) for name in ("bos_token_id", "cls_token_id", "sep_token_id")}
-    pad = getattr(tokenizer, "pad_token_id", None)
-    if not family.pad_is_eos:
-        structural.add(pad)
-    frame = tuple(sorted(i for i in structural if i is not None and i < size and i != mask_id))
     return forbidden, frame
 
 
@@ -283,7 +289,12 @@ def denoiser_for(model: Any, tokenizer: Any = None, *, family: str | None = None
                          f"masked conditionals; only the {chosen.graph!r} graph does")
     size = vocabulary_size(model)
     mask = mask_id if mask_id is not None else family_mask_id(chosen, model, tokenizer)
-    forbidden, frame = special_ids(chosen, tokenizer, size, mask)
+    forbidden, frame = special_ids(chosen, tokenizer, size, mask, getattr(model, "config", None))
+    if chosen.starts_with_bos and not frame:
+        warnings.warn(f"tokenizer: {chosen.name} samples start with BOS, and neither a tokenizer nor the config names "
+                      "its id, so nothing keeps a chain or a block schedule from resampling it as a site; pass the "
+                      f"tokenizer (denoiser_for(model, tokenizer)) or set config.bos_token_id", RuntimeWarning,
+                      stacklevel=2)
     vocab = VocabInfo(size=size, mask_id=mask, forbidden_ids=forbidden, frame_ids=frame)
     time = time_condition_of(chosen, model, time_conditioning)
     constants = dict(chosen.call_kwargs)
