@@ -37,8 +37,10 @@ from the last forward: Rao-Blackwellised), with ``r(u) = P(u) / Q(u)``:
 The ``tv`` and ``disagreement`` terms lie in ``[0, 1]``; their interval (``method``) is either ``betting``, the
 hedged-capital confidence set of Waudby-Smith and Ramdas (2024), valid at every ``N`` without a normal
 approximation (:func:`~.means.betting_interval`), or ``student``: mean +- t sd / sqrt N, approximate
-(``tests/test_parallel.py`` measures the achieved coverage of both against exact values). The ``kl`` interval is
-the normal one, approximate, and absent when a term is infinite.
+(``tests/test_parallel.py`` measures the achieved coverage of both against exact values). The ``kl`` terms are
+unbounded, so no finite-sample interval holds for their mean without a bound on them: ``kl_low`` is the lower limit
+that TV's gives, ``max(2 t^2, -log(1 - t^2))`` at ``t = tv_low`` (Pinsker; Bretagnolle-Huber), valid at the same
+level, and ``kl_high`` is ``nan`` (no finite-sample upper limit; the estimate ``kl`` is unbiased).
 
 **Influence estimate** (:func:`first_order_error`): the chain rule for total variation gives, since ``P`` is a
 product and ``Q``'s first factor is ``P``'s,
@@ -91,7 +93,8 @@ class ParallelCommitError:
     Attributes:
         tv, kl, disagreement: ``[B]`` estimates (exact values when ``exact``).
         tv_low, tv_high, disagreement_low, disagreement_high, kl_low, kl_high: ``[B]`` interval ends at ``level``
-            (equal to the estimate when exact; ``kl``'s is a normal approximation, ``nan`` when a term is infinite).
+            (equal to the estimate when exact). ``kl_low`` is the bound TV's lower limit gives (module docstring),
+            ``kl_high`` ``nan`` in Monte Carlo: no finite-sample upper limit exists for unbounded terms.
         order_spread, order_spread_high: ``[B]`` largest TV to another order's sequential law, and its upper
             interval end (``nan`` without other orders).
         certificate: ``[B]`` the Frechet-Hoeffding bound ``sum_i (1 - c_i)`` (valid for compatible conditionals).
@@ -257,6 +260,13 @@ def _parallel_table(tree: _Tree, allowed: Tensor) -> Tensor:
 
 def _tv(logq: Tensor, logp: Tensor) -> Tensor:
     return 0.5 * (logq.exp() - logp.exp()).abs().sum(-1)
+
+
+def kl_lower_from_tv(tv_low: Tensor) -> Tensor:
+    """``KL(Q || P) >= max(2 t^2, -log(1 - t^2))`` for ``TV(Q, P) >= t`` (Pinsker; Bretagnolle-Huber): a lower limit
+    on ``kl`` at the level of ``tv_low [B]``. Cost: none."""
+    t = tv_low.clamp(0, 1).double()
+    return torch.maximum(2 * t**2, -torch.log1p(-(t**2)))
 
 
 def _kl(logq: Tensor, logp: Tensor) -> Tensor:
@@ -458,17 +468,14 @@ def _commit_error(tree: _Tree, *, orders: int, samples: int, max_rows: int, leve
     tv_low, tv_high = interval(tv_terms, level, method)
     mismatch = (~agree).double()
     d_low, d_high = interval(mismatch, level, method)
-    z = float(stats.norm.ppf(0.5 + level / 2))
     kl = kl_terms.mean(-1)
-    half = z * kl_terms.std(-1) / math.sqrt(samples)
-    finite = torch.isfinite(kl_terms).all(-1)
     spread, spread_high = nan, nan
     if len(sequence) > 1:
         terms = torch.stack([(1 - (_log_sequential(tree, sigma, values) - logq).exp()).clamp_min(0)
                              for sigma in sequence[1:]])  # [orders, B, N]: TV(Q, Q_sigma) terms at Q's draws
         spread, spread_high = terms.mean(-1).amax(0), interval(terms, level, method)[1].amax(0)
     return ParallelCommitError(positions=tree.positions, tv=tv_terms.mean(-1), tv_low=tv_low, tv_high=tv_high, kl=kl,
-                               kl_low=torch.where(finite, kl - half, nan), kl_high=torch.where(finite, kl + half, nan),
+                               kl_low=kl_lower_from_tv(tv_low), kl_high=torch.full_like(kl, math.nan),
                                disagreement=mismatch.mean(-1), disagreement_low=d_low, disagreement_high=d_high,
                                order_spread=spread, order_spread_high=spread_high, certificate=certificate,
                                exact=False, samples=samples, level=level, forward_rows=tree.rows,

@@ -214,7 +214,8 @@ def special_ids(family: Family, tokenizer: Any, size: int, mask_id: int,
                 config: Any = None) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """``(forbidden, frame)`` ids: the mask id and the tokenizer's special tokens are never proposed, except EOS where
     padding is EOS (answers end with it); BOS, CLS and SEP (and a pad id that is not EOS) are frame tokens. Without a
-    tokenizer, those the model's ``config`` names (``bos_token_id``, ...) are the frame tokens, never proposed either."""
+    tokenizer, those the model's ``config`` names (``bos_token_id``, ...) are the frame tokens, never proposed
+    either."""
     source = tokenizer if tokenizer is not None else config
     eos = getattr(source, "eos_token_id", None)
     structural = {getattr(source, name, None) for name in ("bos_token_id", "cls_token_id", "sep_token_id")}
