@@ -156,12 +156,10 @@ def energy_below(energy: Callable[[Tensor], Tensor], threshold: float | Tensor) 
 
 def token_profile(train_a: Tensor, train_b: Tensor) -> Witness:
     """Binary witness learned from chains ``train_a``, ``train_b`` ``[M, L]`` of the two starts: naive Bayes on
-    per-position token counts, ``1[sum_j log(p_a(j, x_j) / p_b(j, x_j)) > 0]`` with ``p(j, x) ∝ c[j, x] + 1/2`` for a
-    token seen at position ``j`` in either training set and, for one seen there in neither, the Good-Turing mass of
-    new tokens ``p(j, new) ∝ s[j] + 1/2`` (``s[j]``: tokens seen exactly once at ``j``): a side whose chains wander
-    meets new tokens, a side held at its start does not. Valid on chains independent of the training ones: the
-    default witness of :func:`mixing_lower_bound` learns it on half the rows; the run job on the other temperatures'
-    pairs, the sweep on the other half of a cell's pairs. Cost: none.
+    per-position token counts, ``1[sum_j log((c_a[j, x_j] + 1/2) / (c_b[j, x_j] + 1/2)) > 0]`` (tokens unseen in
+    training share one bucket). Valid on chains independent of the training ones: the default witness of
+    :func:`mixing_lower_bound` learns it on half the rows; the run job on the other temperatures' pairs; the sweep
+    on the other half of a cell's pairs. Cost: none.
 
     Examples:
         >>> import torch
@@ -182,14 +180,7 @@ def token_profile(train_a: Tensor, train_b: Tensor) -> Witness:
         table = torch.zeros(length, vocab.numel() + 1, dtype=torch.float64)
         return table.scatter_add_(1, bucket(tokens).T, torch.ones(length, tokens.shape[0], dtype=torch.float64))
 
-    count_a, count_b = counts(train_a), counts(train_b)
-    seen = (count_a + count_b) > 0  # [L, U + 1]: a token seen at a position by either side
-    for table in (count_a, count_b):  # a token new at a position takes the side's Good-Turing mass of new tokens
-        table[:, -1] = (table[:, :-1] == 1).sum(1)
-    new_a, new_b = count_a[:, -1:].expand_as(count_a), count_b[:, -1:].expand_as(count_b)
-    log_ratio = torch.where(seen, (count_a + 0.5).log() - (count_b + 0.5).log(),
-                            (new_a + 0.5).log() - (new_b + 0.5).log())
-    log_ratio[:, -1] = ((new_a[:, 0] + 0.5).log() - (new_b[:, 0] + 0.5).log())
+    log_ratio = (counts(train_a) + 0.5).log() - (counts(train_b) + 0.5).log()  # [L, U + 1]
 
     def classify(tokens: Tensor) -> Tensor:
         score = log_ratio.gather(1, bucket(tokens).T).sum(0)  # [N]
