@@ -180,11 +180,21 @@ def results_page(data: dict[str, Any]) -> str:
                  "C_inf (+ D / n)": _interval(f["C_inf"], f["C_inf_low"], f["C_inf_high"]),
                  "log-log slope": _interval(f["slope"], f["slope_low"], f["slope_high"]),
                  "pairs": int(f["num_pairs"])} for f in sweep["fit"]]
-        cells = {}
+        cells: dict[float, dict[str, str]] = {}
+        sides: dict[float, dict[str, str]] = {}
         for cell in sweep["cells"]:
             row = cells.setdefault(cell["temperature"], {"tau": f"{cell['temperature']:g}"})
             row[f"n = {cell['num_sites']:g}"] = (f"{quantile_text(cell, 'meeting_time_median')}, "
                                                  f"{cell['censored_fraction']:.0%} censored")
+            if cell.get("verdict_text"):
+                sides.setdefault(cell["temperature"], {"tau": f"{cell['temperature']:g}"})[
+                    f"n = {cell['num_sites']:g}"] = cell["verdict_text"]
+        if sides:
+            lines += ["Both sides of t_mix(1/4) per cell (slow: certified by the witness; fast: by the coupling; "
+                      "each at 95 %; undecided: what it would need):", "", *_table(list(sides.values())), ""]
+        else:
+            lines += ["(Measured before the sweep bracketed t_mix(1/4) per cell: no cell verdicts; the claims "
+                      "below are as that release decided them.)", ""]
         lines += ["Median meeting time [order-statistic interval] (its coverage), and the censored fraction:", "",
                   *_table(list(cells.values())), "",
                   "Fits of T = n (C(tau) log n + B) on these lengths, and extrapolated with a finite-size term D / n "

@@ -25,23 +25,26 @@ whose truth is known are on the documentation page "How the verdicts are decided
   and the claim stays inconclusive there, saying so (and whether growth is at least slower than ``n^2``, slope
   1.33). It never says "does not hold": the claim is about temperatures high enough, and a grid whose top
   temperature grows faster has not reached them.
-- ``metastable`` (escape times exponential in ``n``) needs three lengths: at each temperature ``log Q`` is regressed
-  on ``[1, log n, n]`` for the :data:`CLAIM_LEVEL` quantile ``Q`` of each length (bootstrap variances, weighted
-  least squares: :func:`~.scaling.exponential_rate`). A polynomial ``n^k`` has no ``n`` term (``n log n`` a slightly
-  negative one), ``e^{r n}`` has ``r``; the claim holds when at some temperature the lower
-  bound of ``r`` is above 0 (growth faster than any polynomial: pure ``n^4`` passes with probability about
-  ``ALPHA / 2``). It assumes no additive offset dominates the small lengths (``a + n^2`` with a large ``a`` also
-  curves upward). A censored quantile enters at the budget, which can only hide growth. It never says "does not hold": a
-  small rate cannot be told from polynomial growth at small ``n``; the evidence states the smallest rate per site
-  the design could detect (plug-in: the interval's half-width).
-- ``faster_than_n3`` (a polynomial slow-down at least, at the lengths measured) reads the exponent between the
-  smallest and largest length: it holds when at some temperature its lower bound exceeds :data:`KAPPA` = 3 and
-  does not hold when every upper bound is below it (a statement about these lengths, which they can refute).
-- ``boundary_moves_up`` holds when some temperature is metastable in the sense above and a higher one confidently
-  grows slower than ``n^KAPPA``: the ratio of their meeting times then grows without bound, so wherever one puts the
-  boundary between slow and fast (a factor over the fast phase), it reaches higher temperatures as ``n`` grows. A
-  grid without a metastable temperature cannot see a transition, so it never says "does not hold"; the per-length
-  brackets of the slow region (:func:`~.scaling.slow_brackets`) are its evidence.
+- Slow-side words rest on certified lower bounds of mixing (:mod:`.witness`, per cell :attr:`Evidence.witness`),
+  never on meeting times alone: a coupling that never meets may belong to a fast chain. Per cell ``(tau, n)`` the
+  witness certifies ``t_mix(1/4) > L`` and the coupling of the same two starts ``t_mix(1/4) <= U``
+  (:func:`~.bracket.forgotten_by` on :attr:`Evidence.start_pairs`), each drawn at the claim's Bonferroni share.
+- ``metastable`` (escape times exponential in ``n``) needs three lengths ``n1 < n2 < n3`` (smallest, middle,
+  largest): it holds when at some temperature the certified local exponent of ``t_mix(1/4)`` rises,
+  ``log(L3 / U2) / log(n3 / n2) > log(U2 / L1) / log(n2 / n1)``; no polynomial (with any power of ``log n``) has a
+  rising local exponent. It never says "does not hold" (a small rate is not told from polynomial growth at small
+  ``n``). Its power is low: the two certified sides of one cell are a factor of at least ``ln 4 / ln(4/3)`` apart
+  for an escape-time chain, so only growth far steeper than the lengths' polynomial slack is certified (the
+  operating characteristics).
+- ``faster_than_n3`` (a polynomial slow-down at least, at the lengths measured) holds when at some temperature
+  ``L(n_max) > (n_max / n_min)^KAPPA U(n_min)`` (:data:`KAPPA` = 3), and does not hold - a fast-side statement, from
+  the coupling - when at every temperature the :data:`CLAIM_LEVEL` meeting-time quantile's exponent between the
+  smallest and largest length has its upper bound below ``KAPPA``.
+- ``boundary_moves_up`` holds when some temperature is certified metastable and a higher one's meeting times grow
+  confidently slower than ``n^KAPPA``: the ratio of their mixing times then grows without bound, so wherever one puts
+  the boundary between slow and fast, it reaches higher temperatures as ``n`` grows. It never says "does not hold";
+  the per-length brackets of the slow region (:func:`~.scaling.slow_brackets`, slow only where a witness certifies)
+  are its evidence.
 - ``dobrushin`` stays inconclusive: a sampled influence coefficient is a lower estimate of Dobrushin's, so only an
   estimate of 1 or more certifies anything (that the condition fails there).
 
