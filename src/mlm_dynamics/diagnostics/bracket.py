@@ -130,7 +130,8 @@ def mixing_bracket(meeting: MeetingTimes, lower: MixingLowerBound | None, *,
                          f"pairs certifies t_mix(1/4) > {horizon} unless more than {0.5 + epsilon:.0%} separate (a "
                          "stronger witness, or starts further apart)")
         else:
-            needs.append("slow side: no witness was tested at this temperature")
+            needs.append("slow side: no witness was tested (the run job tests at coupling.witness_steps; a sweep "
+                         "cell needs 3 or more natural-random pairs)")
         unmet = float(((meeting.times >= budget) | meeting.censored).float().mean()) if n else 1.0
         pairs = pairs_to_decide(unmet, epsilon, above=False)
         needs.append(f"fast side: {pairs} pairs if they meet as these did" if pairs is not None else
