@@ -415,7 +415,7 @@ def _snapshot(group: _Group) -> dict[str, Any]:
 def _restore(group: _Group, state: dict[str, Any]) -> None:
     group.pairs.state = CoupledState.from_state_dict(state["pairs"], group.denoiser.device)
     group.traces = list(state["traces"])
-    group.snapshots = dict(state["snapshots"])
+    group.snapshots = dict(state.get("snapshots", {}))
     if group.drift is not None and state["drift"] is not None:
         group.drift.load_state_dict(state["drift"], group.denoiser.device)
 
