@@ -114,6 +114,9 @@ def test_metastable_holds_only_on_a_certified_rising_exponent():
     assert metastability(evidence).verdict == HOLDS and faster_than_cubic(evidence).verdict == HOLDS
     weak = dict(witness) | {(0.5, 16): cell(False, 100_000, 100_000)[0]}
     assert metastability(Evidence(times=times, witness=weak, start_pairs=times, power_resamples=0)).verdict == OPEN
+    at_zero = dict(witness) | {(0.5, 4): cell(True, 0, 30)[0]}  # "t_mix > 0" (a run stopped at step 0) says nothing
+    evidence = Evidence(times=times, witness=at_zero, start_pairs=times, power_resamples=0)
+    assert metastability(evidence).verdict == OPEN and faster_than_cubic(evidence).verdict == HOLDS
 
 
 def test_faster_than_n3_comes_out_each_way():

@@ -255,7 +255,7 @@ def _certified(evidence: Evidence, tau: float, n: int, alpha: float) -> tuple[in
     witness, pairs = evidence.witness.get((tau, n)), evidence.start_pairs.get((tau, n))
     lower = None if witness is None else witness.bound(1 - alpha).mixing_time_exceeds
     upper = None if pairs is None or pairs.times.numel() == 0 else forgotten_by(pairs, 1 - alpha)
-    return lower, upper
+    return (lower if lower else None), (None if upper is None else max(upper, 1))  # t_mix > 0 says nothing
 
 
 def _side(value: int | None, word: str) -> str:
@@ -275,10 +275,10 @@ def _cubic_verdict(evidence: Evidence) -> tuple[str, list[str]]:
     for tau in temperatures:
         _, upper = _certified(evidence, tau, small, alpha)
         lower, _ = _certified(evidence, tau, large, alpha)
-        if lower is not None and upper is not None and math.log(lower / max(upper, 1)) / scale > KAPPA:
+        if lower is not None and upper is not None and math.log(lower / upper) / scale > KAPPA:
             certified.append(tau)
         lines.append(f"tau={tau:g}: t_mix(1/4) at n={small} {_side(upper, '<=')} (coupling), at n={large} "
-                     f"{_side(lower, '>')} (witness)" + (f": k > {math.log(lower / max(upper, 1)) / scale:.2f}"
+                     f"{_side(lower, '>')} (witness)" + (f": k > {math.log(lower / upper) / scale:.2f}"
                                                          if lower is not None and upper is not None else ""))
     growths = _growths(times)
     verdict = HOLDS if certified else FAILS if all(g.high < KAPPA for g in growths) else OPEN
@@ -300,7 +300,7 @@ def _local_exponents(evidence: Evidence, tau: float, lengths: list[int], alpha: 
     low3, _ = _certified(evidence, tau, n3, alpha)
     if low1 is None or up2 is None or low3 is None:
         return None
-    return math.log(up2 / low1) / math.log(n2 / n1), math.log(low3 / max(up2, 1)) / math.log(n3 / n2)
+    return math.log(up2 / low1) / math.log(n2 / n1), math.log(low3 / up2) / math.log(n3 / n2)
 
 
 def _metastable_verdict(evidence: Evidence) -> tuple[str, list[str]]:
