@@ -303,18 +303,24 @@ def _local_exponents(evidence: Evidence, tau: float, lengths: list[int], alpha: 
     return math.log(up2 / low1) / math.log(n2 / n1), math.log(low3 / up2) / math.log(n3 / n2)
 
 
-def _metastable_verdict(evidence: Evidence) -> tuple[str, list[str]]:
+def _every_length(evidence: Evidence) -> tuple[list[int], list[float], float]:
+    """``(lengths, temperatures with every length, alpha)``: the design the metastable rule reads, each of its
+    three bounds per temperature at ``alpha = ALPHA / (3 T)``."""
     times = evidence.times
     lengths = sorted({n for _, n in times})
+    temperatures = sorted({tau for tau, n in times if all((tau, m) in times for m in lengths)})
+    return lengths, temperatures, ALPHA / (3 * max(len(temperatures), 1))
+
+
+def _metastable_verdict(evidence: Evidence) -> tuple[str, list[str]]:
+    lengths, temperatures, alpha = _every_length(evidence)
     if len(lengths) < 3:
         return OPEN, [f"n = {lengths}: exponential against polynomial growth needs three lengths"]
-    temperatures = sorted({tau for tau, n in times if all((tau, m) in times for m in lengths)})
     if not temperatures:
         return OPEN, ["no temperature has every length"]
     if not evidence.witness:
         return OPEN, ["no witness test: a slow-side word needs a certified lower bound on mixing, and meeting times "
                       "that grow (or never end) bound it from above only"]
-    alpha = ALPHA / (3 * len(temperatures))
     n1, n2, n3 = lengths[0], lengths[len(lengths) // 2], lengths[-1]
     lines, verdict = [], OPEN
     for tau in temperatures:
@@ -341,16 +347,13 @@ def _metastable_verdict(evidence: Evidence) -> tuple[str, list[str]]:
 
 def _boundary_verdict(evidence: Evidence) -> tuple[str, list[str]]:
     times = evidence.times
-    lengths = sorted({n for _, n in times})
+    lengths, temperatures, alpha = _every_length(evidence)
     if len(lengths) < 3:
         return OPEN, [f"n = {lengths}: a metastable temperature needs three lengths"]
-    temperatures = sorted({tau for tau, n in times if all((tau, m) in times for m in lengths)})
-    alpha = ALPHA / (3 * max(len(temperatures), 1))
     slow = [tau for tau in temperatures
             if (e := _local_exponents(evidence, tau, lengths, alpha)) is not None and e[1] > e[0]]
     fast = [g.temperature for g in _growths(times) if g.high < KAPPA]
-    certified = {cell: None if w is None else w.bound(1 - ALPHA / 2).mixing_time_exceeds
-                 for cell, w in evidence.witness.items()}
+    certified = {cell: w.bound(1 - ALPHA / 2).mixing_time_exceeds for cell, w in evidence.witness.items()}
     brackets = [b.describe() for b in slow_brackets(times, slow_beyond=certified)]
     verdict = HOLDS if slow and any(tau > min(slow) for tau in fast) else OPEN
     lines = [f"metastable (certified rising exponent of t_mix) at tau = {slow}" if slow else "no temperature is "
