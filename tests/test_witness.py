@@ -13,16 +13,19 @@ import math
 import pytest
 import torch
 from scipy import stats
+from torch import Tensor
 
 from mlm_dynamics import MeetingTimes, PairwiseMRFDenoiser, mixing_lower_bound
-from mlm_dynamics.diagnostics.bracket import mixing_bracket, pairs_to_decide
+from mlm_dynamics.diagnostics.bracket import mixing_bracket, pairs_to_decide, pairs_to_separate
 from mlm_dynamics.diagnostics.witness import (
     MixingLowerBound,
     Witness,
     agreement,
     chains_to_certify,
     energy_below,
+    learned_witness,
     nearer_start,
+    paired_sign_lower,
     within_radius,
 )
 from mlm_dynamics.models.toy import enumerate_states
@@ -250,6 +253,71 @@ def test_clopper_pearson_limits_match_the_closed_form_at_full_separation():
     p = ((1 - level) / 2) ** (1 / n)
     assert float(result.tv_lower[0]) == pytest.approx(2 * p - 1, abs=1e-9)
     assert chains_to_certify(0.25, level) == 13  # 2 * 0.025^(1/13) - 1 = 0.507 > 0.5, 2 * 0.025^(1/12) - 1 < 0.5
+
+
+def test_paired_sign_limit_covers_exactly_and_a_point_estimate_does_not():
+    # Exact coverage, no simulation: over every outcome (K+, K0, K-) of N = 9 pairs, the probability that the limit
+    # exceeds the true E D = p+ - p- is a sum of trinomial probabilities, and must be at most alpha (1e-9 for
+    # rounding) at every law; the laws include the ones without ties, where the p-value's nuisance maximum sits. The
+    # observed mean (the limit without its correction) exceeds E D with probability near 1/2 at the same laws, and
+    # the limit is not vacuous: at some law it fails at more than half its allowance (the bound is near-exact).
+    n, alpha = 9, 0.05
+    outcomes = [(plus, n - plus - minus, minus) for plus in range(n + 1) for minus in range(n + 1 - plus)]
+    limits = {o: paired_sign_lower(*o, alpha) for o in outcomes}
+    worst = 0.0
+    for delta in (0.1, 0.3, 0.5, 0.7):
+        for ties in (0.0, 0.1, 0.3, 0.6 * (1 - delta)):
+            minus_rate = (1 - delta - ties) / 2
+            law = [delta + minus_rate, ties, minus_rate]
+            prob = {o: float(stats.multinomial.pmf(list(o), n, law)) for o in outcomes}
+            above = sum(prob[o] for o in outcomes if limits[o] > delta)
+            assert above <= alpha + 1e-9, (delta, ties, above)
+            worst = max(worst, above)
+            plug_in = sum(prob[o] for o in outcomes if (o[0] - o[2]) / n > delta)
+            assert plug_in > 0.3, (delta, ties, plug_in)
+    assert worst > alpha / 2
+    for plus, ties, minus in outcomes:  # never below the bound that counts a tie as a reversal, above it with ties
+        old = 2 * stats.beta.ppf(alpha, plus, n - plus + 1) - 1 if plus else 0.0
+        assert limits[(plus, ties, minus)] >= max(old, 0.0) - 1e-6
+    assert limits[(8, 1, 0)] > 2 * stats.beta.ppf(alpha, 8, 2) - 1 + 0.1
+    assert paired_sign_lower(10, 1, 0, alpha) == pytest.approx(0.495, abs=1e-3)  # 0.27 counting the tie as -1
+
+
+def test_pairs_to_separate_is_the_least_design_that_certifies():
+    # Its estimate is the least N at which the observed shares (rounded) certify d > 1/4: one fewer does not.
+    for separated, reversed_share in ((1.0, 0.0), (0.9, 0.0), (0.8, 0.05)):
+        n = pairs_to_separate(separated, reversed_share)
+        assert n is not None
+        limits = []
+        for size in (n - 1, n):
+            plus, minus = round(separated * size), round(reversed_share * size)
+            limits.append(paired_sign_lower(plus, size - plus - minus, minus, 0.05))
+        assert limits[1] > 0.5 >= limits[0]
+    assert pairs_to_separate(1.0, 0.0) == chains_to_certify(paired=True) == 11
+    assert pairs_to_separate(0.7, 0.2) is None  # a gap of 1/2 or less: no number of pairs
+    assert pairs_to_separate(0.51, 0.0) > 10_000  # far: the normal approximation, at once
+
+
+def test_learned_witness_reads_agreement_and_ignores_met_pairs():
+    # Chains from b scatter over a large vocabulary and keep 6 of 16 reference tokens; chains from a keep 12. The
+    # learned witness separates them; pairs that met (equal on both sides) added to its training change nothing;
+    # with no pair apart it is 0 everywhere (no gap, nothing certified).
+    generator = torch.Generator().manual_seed(3)
+    reference = torch.arange(16)
+
+    def chains(keep: int, rows: int) -> Tensor:
+        x = torch.randint(100, 10_000, (rows, 16), generator=generator)
+        kept = torch.rand(rows, 16, generator=generator).argsort(-1)[:, :keep]
+        return x.scatter(1, kept, reference.expand(rows, -1).gather(1, kept))
+
+    train_a, train_b, test_a, test_b = chains(12, 16), chains(6, 16), chains(12, 32), chains(6, 32)
+    fitted = learned_witness(train_a, train_b)
+    assert fitted(test_a).mean() > 0.95 and fitted(test_b).mean() < 0.05
+    met = chains(9, 16)
+    padded = learned_witness(torch.cat([train_a, met]), torch.cat([train_b, met]))
+    both = torch.cat([test_a, test_b])
+    assert torch.equal(padded(both), fitted(both))
+    assert learned_witness(met, met)(both).sum() == 0
 
 
 def test_embedding_and_energy_witnesses():

@@ -20,8 +20,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from scipy import stats
+
 from .meeting import MeetingTimes
-from .witness import DEFAULT_EPSILON, MixingLowerBound, clopper_pearson_lower
+from .witness import DEFAULT_EPSILON, MixingLowerBound, clopper_pearson_lower, paired_sign_pvalue
 
 LEVEL = 0.95
 
@@ -46,6 +48,36 @@ def pairs_to_decide(share: float, threshold: float, *, above: bool, level: float
             return n
         n = n + 1 if n < 64 else math.ceil(n * 1.05)
     return None
+
+
+def pairs_to_separate(separated: float, reversed_share: float, epsilon: float = DEFAULT_EPSILON, *,
+                      level: float = LEVEL) -> int | None:
+    """About how many coupled pairs a binary witness that tells apart a share ``separated`` of them the right way
+    and ``reversed_share`` the wrong way (the rest ties) needs to certify ``d(t) > epsilon``: the least ``N <= 1024``
+    at which :func:`~.witness.paired_sign_pvalue` of ``2 epsilon`` is at most ``1 - level`` with the shares kept by
+    rounding (doubling, then bisection: an estimate within a few pairs), beyond that the normal approximation
+    ``z^2 (1 - 4 epsilon^2) / (gap - 2 epsilon)^2`` (the p-value's worst law at ``E D = 2 epsilon`` has no ties, so
+    its variance). None when the gap ``separated - reversed_share`` is not above ``2
+    epsilon``: no number of pairs certifies it. Cost: ``O(log N)`` p-values of up to 1024 pairs."""
+    gap = separated - reversed_share
+    if gap <= 2 * epsilon:
+        return None
+
+    def certifies(n: int) -> bool:
+        plus, minus = round(separated * n), round(reversed_share * n)
+        return paired_sign_pvalue(2 * epsilon, plus, n - plus - minus, minus) <= 1 - level
+
+    high, most = 1, 1024
+    while not certifies(high):
+        if high == most:
+            z = float(stats.norm.ppf(level))
+            return max(most + 1, math.ceil(z ** 2 * (1 - 4 * epsilon ** 2) / (gap - 2 * epsilon) ** 2))
+        high *= 2
+    low = high // 2  # 0 or a size that does not certify
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if certifies(middle) else (middle, high)
+    return high
 
 
 @dataclass
@@ -122,13 +154,14 @@ def mixing_bracket(meeting: MeetingTimes, lower: MixingLowerBound | None, *,
     needs = []
     if slow_beyond is None and forgotten is None:
         if lower is not None:
-            separated = max(float(lower.gap[-1]), 0.0)  # P(D = 1) where no pair has D = -1
-            pairs = pairs_to_decide(separated, 0.5 + epsilon, above=True)
+            gap = float(lower.gap[-1])
+            separated = float(lower.separated[-1]) if lower.separated is not None else max(gap, 0.0)
+            pairs = pairs_to_separate(separated, separated - gap, epsilon)
             needs.append(f"slow side: {pairs} pairs at step {horizon} if they separate as these did"
                          if pairs is not None else
-                         f"slow side: the witness separates {separated:.0%} of pairs at step {horizon}; no number of "
-                         f"pairs certifies t_mix(1/4) > {horizon} unless more than {0.5 + epsilon:.0%} separate (a "
-                         "stronger witness, or starts further apart)")
+                         f"slow side: the witness gap is {gap:.0%} of pairs at step {horizon} (separated less "
+                         f"reversed); no number of pairs certifies t_mix(1/4) > {horizon} unless it exceeds "
+                         f"{2 * epsilon:.0%} (a stronger witness, or starts further apart)")
         else:
             needs.append("slow side: no witness was tested (the run job tests at coupling.witness_steps; a sweep "
                          "cell needs 3 or more natural-random pairs)")
@@ -140,4 +173,4 @@ def mixing_bracket(meeting: MeetingTimes, lower: MixingLowerBound | None, *,
                          needs="; ".join(needs))
 
 
-__all__ = ["MixingBracket", "forgotten_by", "mixing_bracket", "pairs_to_decide"]
+__all__ = ["MixingBracket", "forgotten_by", "mixing_bracket", "pairs_to_decide", "pairs_to_separate"]

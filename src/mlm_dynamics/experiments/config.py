@@ -157,19 +157,19 @@ class CouplingConfig:
 
     The certified slow side rides on the same pairs: at step ``witness_steps`` (None: half of ``max_steps``; 0: no
     test) each temperature's pairs are tested, paired (:mod:`~mlm_dynamics.diagnostics.witness`: a met pair counts
-    0), with the token-profile witness learned on the other temperatures' pairs at that step, certifying
+    0), with the learned witness fitted on the other temperatures' unmet pairs at that step, certifying
     ``t_mix(1/4) > witness_steps`` at 95 % where it separates them. The test must come before the pairs that can no
     longer meet are stopped: a later step is cut to the pairs' budget less the sites, with a note. At
     ``witness_temperatures`` (those of the ladder; others are named in a note) further pairs from the first start
-    join until ``witness_pairs`` are tested there (11 is the least that can certify), followed ``witness_steps``
-    steps only and left out of the meeting times."""
+    join until ``witness_pairs`` are tested there (11 is the least that can certify, and only if every one is told
+    apart; 12 certifies with one tie), followed ``witness_steps`` steps only and left out of the meeting times."""
 
     enabled: bool = True
     num_pairs: int = 4
     max_steps: int = 200
     witness_steps: int | None = None
     witness_temperatures: list[float] = field(default_factory=list)
-    witness_pairs: int = 11
+    witness_pairs: int = 12
 
     def validate(self, key: str = "coupling") -> None:
         """Raise :class:`ConfigError` naming ``{key}.<field>`` for the first value that is out of range."""
@@ -369,7 +369,7 @@ class GridConfig:
     followed for at most ``max_steps`` steps.
 
     The certified slow side rides on the natural-random pairs of each cell: at the budget (the step reached) and at
-    each of ``witness_steps`` below it, the token-profile witness learned on the odd-numbered of those pairs is
+    each of ``witness_steps`` below it, the learned witness fitted on the odd-numbered of those pairs is
     tested, paired, on the even-numbered ones (:mod:`~mlm_dynamics.diagnostics.witness`; a met pair counts 0),
     certifying ``t_mix(1/4) > t`` at 95 % where it separates them. Each horizon shares the level (Bonferroni); a
     cell needs about 44 pairs (11 tested) to certify at one horizon. No forward rows beyond the pairs'."""

@@ -29,7 +29,7 @@ from ..diagnostics.margins import LocalMargins, local_margins
 from ..diagnostics.meeting import MeetingTimes, meeting_times_of
 from ..diagnostics.parallel import ConfidenceProfile, confidence_profile, random_window
 from ..diagnostics.rectangle import RectangleReport, sample_rectangles
-from ..diagnostics.witness import MixingLowerBound, token_profile, witness_bound
+from ..diagnostics.witness import MixingLowerBound, learned_witness, witness_bound
 from ..embedders.base import HiddenStateEmbedder, cosine_distance
 from ..models.base import Denoiser, OutOfTime, forward_deadline
 from ..models.cost import CostLedger
@@ -50,8 +50,8 @@ class CouplingResult:
     """Meeting times of maximally coupled pairs (start sequence vs random tokens) per temperature of the ladder, and
     the pairs' Hamming distances at the start and at the end (0 once met); ``seconds`` of the loop that served them
     with the chains, ``rows`` the forward rows spent on the pairs beyond the chains' own. ``lower``: the paired
-    witness bound per temperature at ``coupling.witness_steps`` (the certified slow side; the token-profile witness
-    learned on the other temperatures' pairs); ``witness_rows``: the
+    witness bound per temperature at ``coupling.witness_steps`` (the certified slow side; the learned witness
+    fitted on the other temperatures' pairs); ``witness_rows``: the
     forward rows of the pairs added for it alone, per temperature (part of ``rows``)."""
 
     times: dict[float, MeetingTimes]
@@ -478,8 +478,9 @@ class _Plan:
 
     def lower_bounds(self) -> dict[float, MixingLowerBound]:
         """The paired witness bound per temperature at the witness step, on every pair tested there (none before
-        the loop reached it), with the token-profile witness learned on the other temperatures' pairs: chains
-        independent of those tested, so the witness is fixed before them (cross-fitting, no pair spent on it)."""
+        the loop reached it), with the learned witness (agreement profile) fitted on the other temperatures' pairs
+        that had not met: chains independent of those tested, so the witness is fixed before them (cross-fitting,
+        no pair spent on it)."""
         if self.witness_states is None:
             return {}
         tested = (self.measured | self.witness_only).cpu()
@@ -488,7 +489,7 @@ class _Plan:
             here = torch.tensor([t == tau for t in self.row_temperatures])
             rows, others = tested & here, tested & ~here
             if int(rows.sum()) >= 2 and bool(others.any()):
-                witness = token_profile(self.witness_states[0, others], self.witness_states[1, others])
+                witness = learned_witness(self.witness_states[0, others], self.witness_states[1, others])
                 values = [witness(side[rows])[None, None] for side in self.witness_states]
                 out[tau] = witness_bound(values[0], values[1], times=[self.witness_step], binary=[witness.binary],
                                          names=[witness.name], paired=True)

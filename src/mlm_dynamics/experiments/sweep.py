@@ -40,7 +40,7 @@ from ..diagnostics.influence import InfluenceEstimate, estimate_influence
 from ..diagnostics.meeting import HittingTimes, MeetingTimes, meeting_times_of
 from ..diagnostics.rectangle import RectangleReport, sample_rectangles
 from ..diagnostics.sweep import GridAnalysis, SweepCell, analyse_grid
-from ..diagnostics.witness import PairedWitness, paired_token_profile
+from ..diagnostics.witness import PairedWitness, paired_learned_witness
 from ..embedders.base import HiddenStateEmbedder, cosine_distance
 from ..models.base import Denoiser, OutOfTime, forward_deadline
 from ..models.cost import CostLedger
@@ -449,7 +449,7 @@ def _collect(group: _Group, config: SweepConfig, steps: int) -> list[SweepCell]:
 
 def _witness(group: _Group, rows: Tensor, steps: int) -> PairedWitness | None:
     """The cell's paired witness test (:class:`~mlm_dynamics.experiments.config.GridConfig`): its natural-random
-    pairs in pair order, the odd-numbered learning the token profile and the even-numbered tested, at each witness
+    pairs in pair order, the odd-numbered fitting the learned witness and the even-numbered tested, at each witness
     step reached and at ``steps`` (the budget or the step reached). Pairs of one cell draw from their own streams,
     so the two halves are independent and the test is the cell's own (the same alone, in a grid or a shard). None
     with fewer than 2 tested pairs."""
@@ -461,7 +461,7 @@ def _witness(group: _Group, rows: Tensor, steps: int) -> PairedWitness | None:
         group.snapshot(steps)
     horizons = sorted(t for t in group.snapshots if t <= steps)
     states = torch.stack([group.snapshots[t] for t in horizons])
-    return paired_token_profile(states, horizons, learn=learn, test=test)
+    return paired_learned_witness(states, horizons, learn=learn, test=test)
 
 
 def _draws(group: _Group, rows: Tensor) -> list[dict[str, Any]]:
