@@ -15,7 +15,7 @@ import torch
 from scipy import stats
 from torch import Tensor
 
-from mlm_dynamics import MeetingTimes, PairwiseMRFDenoiser, mixing_lower_bound
+from mlm_dynamics import ChainMonitor, MeetingTimes, PairwiseMRFDenoiser, mixing_lower_bound
 from mlm_dynamics.diagnostics.bracket import mixing_bracket, pairs_to_decide, pairs_to_separate
 from mlm_dynamics.diagnostics.witness import (
     MixingLowerBound,
@@ -154,6 +154,50 @@ def test_certifies_a_trapped_chain_from_64_chains_per_start():
 
 
 @pytest.mark.parametrize("case", ["curie_weiss_fast", "product_independent_pairs"])
+def monitored(chain: ExactChain, steps: list[int], chains: int, generator: torch.Generator,
+              starts: tuple[int, int]) -> list[dict]:
+    """The history of a :class:`ChainMonitor` watching ``chains`` exact chains from each of two starts (the second
+    group marked by ``b_rows``), observed at ``steps``."""
+    tokens = torch.cat([chain.run(starts[0], chains, steps, generator), chain.run(starts[1], chains, steps,
+                                                                                  generator)], 1)
+    monitor = ChainMonitor(lambda x: torch.nn.functional.one_hot(x, 2).flatten(1).double(), every=1,
+                           b_rows=torch.arange(2 * chains) >= chains)
+    monitor.start(chain.configs[torch.tensor([starts[0]] * chains + [starts[1]] * chains)], step=0)
+    for step, state in zip(steps, tokens, strict=True):
+        monitor.observe(state, step=step)
+    return monitor.history
+
+
+def test_chain_monitor_certifies_from_two_groups_at_its_level():
+    # Validity: Curie-Weiss n = 7 at tau = 1.5, 24 chains per well; the monitor tests at its 1st, 2nd, 4th and 8th
+    # observation (steps 2, 4, 8, 16 here) and its tv_lower must stay below the exact TV at every test in all but
+    # the allowed replicates (its level is spent over the tests, 6 / (pi^2 j^2) each). Power: Curie-Weiss n = 9 at
+    # tau = 0.4, 64 chains per well observed every 25 steps: the 3rd test (step 100, at alpha / 15) certifies
+    # t_mix(1/4) > 100, the truth (d(200) >= 0.479); the 4th (at alpha / 26) does when no tested chain crossed
+    # wells; mixing_time_exceeds is the largest step certified so far.
+    fast, steps = curie_weiss(7, 1.5), [2, 4, 6, 8, 10, 12, 14, 16]
+    tv = fast.tv(0, 127, steps)
+    generator = torch.Generator().manual_seed(5)
+    replicates, failures = 60, 0
+    for _ in range(replicates):
+        history = monitored(fast, steps, 24, generator, (0, 127))
+        tested = [row for row in history if "chains/tv_lower" in row]
+        assert [row["step"] for row in tested] == [2, 4, 8, 16]
+        failures += any(row["chains/tv_lower"] > float(tv[steps.index(row["step"])]) + 1e-12 for row in tested)
+    assert failures <= allowed_failures(replicates), failures
+    trapped = curie_weiss(9, 0.4)
+    history = monitored(trapped, [25 * k for k in range(1, 9)], 64, generator, (0, 511))
+    assert history[-1]["chains/mixing_time_exceeds"] >= 100
+    exceeds = [row.get("chains/mixing_time_exceeds", 0) for row in history if "chains/tv_lower" in row]
+    certified = [row["step"] for row in history if row.get("chains/d_lower", 0) > 0.25]
+    assert exceeds == sorted(exceeds) and exceeds[-1] == max(certified)
+    with pytest.raises(ValueError, match="b_rows"):
+        ChainMonitor(lambda x: x.double(), b_rows=torch.tensor([True, False, False, False, False]))
+    with pytest.raises(ValueError, match="b_rows marks 8 chains"):
+        ChainMonitor(lambda x: x.double(), b_rows=torch.arange(8) >= 4).start(torch.zeros(6, 3, dtype=torch.long),
+                                                                              step=0)
+
+
 def test_never_certifies_slow_mixing_beyond_the_exact_mixing_time_of_a_fast_chain(case):
     # A fast chain: Curie-Weiss at tau = 4, or the uniform product chain (no couplings, 3 states on 5 sites) whose
     # pairs are run independently: a coupling that rarely meets, of a chain that mixes by the coupon collector.

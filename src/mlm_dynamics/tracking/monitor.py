@@ -21,6 +21,7 @@ The Lightning callbacks in :mod:`mlm_dynamics.callbacks` drive the same class.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -28,6 +29,7 @@ from torch import Tensor
 
 from ..diagnostics.convergence import ess, rhat
 from ..diagnostics.margins import local_margins
+from ..diagnostics.witness import mixing_lower_bound
 from ..embedders.base import Embedder, as_embedder
 from ..models.base import Denoiser
 from ..sampling.glauber import ChainState
@@ -55,6 +57,17 @@ class ChainMonitor:
         prefix: metric-name prefix.
         keep_history: how many of the latest observations' scalars :attr:`history` keeps (``None``: all); a long run
             that only reports the last one keeps its checkpoints small with 1.
+        b_rows: ``[B]`` bool, True for the chains whose starts were drawn from a second law ``b`` (e.g. uniformly
+            random fillings of the sites), each chain independent of the others; the rest start from ``a``. With
+            it, the monitor certifies the slow side of mixing from the two groups at no forward
+            (:func:`~mlm_dynamics.diagnostics.witness.mixing_lower_bound`, unpaired, the learned witness fitted on
+            the first half of each group's rows and tested on the rest, ``m`` rows per group as in the smaller
+            one): at observations 1, 2, 4, 8, ... since :meth:`start` the ``j``-th test runs at ``alpha 6 / (pi^2
+            j^2)``, so every certificate of a phase holds together at ``level`` (Bonferroni over all tests; the
+            doubling keeps a long run's late tests at a usable level). Logged there: ``tv_lower``, ``d_lower``,
+            ``chains_needed``, and ``mixing_time_exceeds``, the largest step certified so far (``t_mix(1/4) > t``),
+            once one is. Each group needs at least 4 chains.
+        level: the simultaneous confidence level of those certificates.
 
     Examples:
         Watch four Glauber chains, embedding their states every 10 steps (any function of the tokens will do):
@@ -76,10 +89,22 @@ class ChainMonitor:
     def __init__(self, embedder: Embedder, *, every: int = 10, thresholds: Sequence[float] = (0.1, 0.2, 0.3),
                  traps: TrapTracker | None = None, topics: TopicAttraction | None = None,
                  margin_denoiser: Denoiser | None = None, temperature: float = 1.0, loggers: Sequence = (),
-                 prefix: str = "chains/", keep_history: int | None = None) -> None:
+                 prefix: str = "chains/", keep_history: int | None = None,
+                 b_rows: Tensor | Sequence[bool] | None = None, level: float = 0.95) -> None:
         if keep_history is not None and (isinstance(keep_history, bool) or not isinstance(keep_history, int)
                                          or keep_history < 1):
             raise ValueError(f"keep_history must be an integer >= 1 or None, got {keep_history!r}")
+        if not 0 < level < 1:
+            raise ValueError(f"level must be in (0, 1), got {level}")
+        self.b_rows = None if b_rows is None else torch.as_tensor(b_rows, dtype=torch.bool).cpu()
+        if self.b_rows is not None and (self.b_rows.dim() != 1 or min(int(self.b_rows.sum()),
+                                                                       int((~self.b_rows).sum())) < 4):
+            raise ValueError(f"b_rows must be a 1-D bool mask with >= 4 chains in each group (half to learn the "
+                             f"witness, half to test it), got shape {tuple(self.b_rows.shape)} with "
+                             f"{int(self.b_rows.sum())} True")
+        self.level = level
+        self.observations = 0  # since start(): the tests of the lower bound run at 1, 2, 4, 8, ...
+        self.certified_beyond: int | None = None
         self.keep_history = keep_history
         embedder = as_embedder(embedder)  # plain functions get normalised rows, as in the callbacks
         self.drift = DriftTracker(embedder, thresholds=thresholds, every=every)
@@ -95,7 +120,10 @@ class ChainMonitor:
         """Take ``state`` (chains, or tokens ``[B, L]`` at ``step``) as the start: drift, the convergence
         projections and traps are measured from here; with ``phase``, metric names get ``{phase}/``."""
         tokens, step = _tokens_and_step(state, step)
+        if self.b_rows is not None and self.b_rows.numel() != tokens.shape[0]:
+            raise ValueError(f"b_rows marks {self.b_rows.numel()} chains, the state has {tokens.shape[0]}")
         self.start_tokens, self.phase = tokens.clone(), phase
+        self.observations, self.certified_beyond = 0, None
         self.drift.start(tokens, step=step)
         self.projections = {"drift": [], "hamming": []}
         if self.traps is not None and self.traps.anchor is not None:
@@ -155,6 +183,9 @@ class ChainMonitor:
             self.topics.observe(embeddings)
             for name, fraction in self.topics.fractions().items():
                 metrics[f"{p}topic/{name}"] = fraction
+        self.observations += 1
+        if self.b_rows is not None and self.observations & (self.observations - 1) == 0:  # 1, 2, 4, 8, ...
+            metrics.update({f"{p}{k}": v for k, v in self._lower_bound(tokens, step).items()})
         self.history.append({"step": step, **metrics})
         if self.keep_history is not None:
             del self.history[: -self.keep_history]
@@ -162,10 +193,27 @@ class ChainMonitor:
             logger.log_metrics(metrics, step=step)
         return metrics
 
+    def _lower_bound(self, tokens: Tensor, step: int) -> dict[str, float]:
+        """The ``j``-th test of the two groups (``b_rows``), ``j = log2(observations) + 1``, at ``alpha 6 / (pi^2
+        j^2)``: ``tv_lower``, ``d_lower``, ``chains_needed``, and ``mixing_time_exceeds`` once certified."""
+        assert self.b_rows is not None
+        test = self.observations.bit_length()
+        level = 1 - (1 - self.level) * 6 / (math.pi ** 2 * test ** 2)
+        a, b = tokens[~self.b_rows.to(tokens.device)], tokens[self.b_rows.to(tokens.device)]
+        rows = min(a.shape[0], b.shape[0])
+        bound = mixing_lower_bound(a[:rows], b[:rows], level=level, times=[step])
+        if bound.mixing_time_exceeds is not None:
+            self.certified_beyond = max(self.certified_beyond or 0, bound.mixing_time_exceeds)
+        out = {k: bound.summary()[k] for k in ("tv_lower", "d_lower", "chains_needed")}
+        if self.certified_beyond is not None:
+            out["mixing_time_exceeds"] = float(self.certified_beyond)
+        return out
+
     def state_dict(self) -> dict:
         """Every tracker's state and the history, for checkpoints."""
         return {"start_tokens": self.start_tokens, "phase": self.phase, "drift": self.drift.state_dict(),
-                "history": list(self.history),
+                "history": list(self.history), "observations": self.observations,
+                "certified_beyond": self.certified_beyond,
                 "projections": {k: torch.stack(v, 1) if v else None for k, v in self.projections.items()},
                 "traps": None if self.traps is None else self.traps.state_dict(),
                 "topics": None if self.topics is None else self.topics.state_dict()}
@@ -174,6 +222,7 @@ class ChainMonitor:
         """Restore what :meth:`state_dict` returned."""
         self.start_tokens, self.history = state["start_tokens"], list(state["history"])
         self.phase = state.get("phase")
+        self.observations, self.certified_beyond = state.get("observations", 0), state.get("certified_beyond")
         self.projections = {k: [] if v is None else list(v.unbind(1)) for k, v in state["projections"].items()}
         self.drift.load_state_dict(state["drift"])
         if self.traps is not None and state["traps"] is not None:
