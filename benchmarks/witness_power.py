@@ -10,7 +10,8 @@ English MLM) and from an independent uniformly random filling of the same sites 
   agreement                 share of sites equal to the start (betting limits)
   within_radius             inside the start's basin: cosine distance <= half the start-to-random-filling scale
   energy_below              PLL energy below the midpoint of the start's and the random fillings' mean energy
-  learned                   the token-profile classifier learned on half the pairs, tested on the other half
+  learned                   the learned witness (agreement profile) fitted on half the pairs, tested on the rest
+  token_profile             the token-profile classifier, fitted and tested the same way
 
 Every witness is fixed from the starts and from random fillings drawn apart from the tested chains (the scale and
 the energy threshold), never from the tested states. Power: the pairs are cut into disjoint groups of `--group`
@@ -40,6 +41,7 @@ from mlm_dynamics.diagnostics.witness import (
     agreement,
     energy_below,
     nearer_start,
+    token_profile,
     within_radius,
     witness_bound,
 )
@@ -80,12 +82,26 @@ def witnesses(denoiser, start, sites, generator) -> list[Witness]:
 
 
 def bound(xa: torch.Tensor, xb: torch.Tensor, values: list[torch.Tensor] | None, witness: Witness | None,
-          times: list[int], rows: slice, paired: bool) -> MixingLowerBound:
-    """The bound on ``rows`` of the pairs: from the witness values computed once, or the learned witness."""
+          times: list[int], rows: slice, paired: bool, name: str) -> MixingLowerBound:
+    """The bound on ``rows`` of the pairs: from the witness values computed once, or a witness learned on their
+    first half (the token profile for ``name`` ``token_profile``)."""
+    if name == "token_profile":
+        return token_profile_bound(xa, xb, times, rows, paired)
     if values is None or witness is None:
         return mixing_lower_bound(xa[:, rows], xb[:, rows], times=times, paired=paired)
     return witness_bound(values[0][..., rows], values[1][..., rows], times=times, binary=[witness.binary],
                          names=[witness.name], paired=paired)
+
+
+def token_profile_bound(xa: torch.Tensor, xb: torch.Tensor, times: list[int], rows: slice,
+                        paired: bool) -> MixingLowerBound:
+    """The bound on ``rows`` of the pairs with the token profile fitted on their first half, tested on the rest."""
+    a, b = xa[:, rows], xb[:, rows]
+    half = a.shape[1] // 2
+    fitted = [token_profile(a[t, :half], b[t, :half]) for t in range(len(times))]
+    values = [torch.stack([f(side[t, half:]) for t, f in enumerate(fitted)])[:, None] for side in (a, b)]
+    return witness_bound(values[0], values[1], times=times, binary=[True], names=["token_profile"], paired=paired,
+                         learned=True)
 
 
 def main() -> None:
@@ -124,7 +140,8 @@ def main() -> None:
         seconds = time.perf_counter() - began
         family: list[tuple[str, Witness | None]] = [("nearer_start", nearer_start(x0, y0)),
                                                      ("nearer_start_embedding", nearer_start(x0, y0, embed=embed)),
-                                                     *((w.name, w) for w in stated), ("learned", None)]
+                                                     *((w.name, w) for w in stated), ("learned", None),
+                                                     ("token_profile", None)]
         for name, witness in family:
             # each witness once on every state (row-aligned witnesses restrict to a group by slicing its rows)
             values = None if witness is None else [torch.stack([witness(s) for s in side])[:, None]
@@ -133,9 +150,9 @@ def main() -> None:
                    "chain_seconds": round(seconds, 1)}
             for paired in (False, True):
                 groups = range(0, args.pairs - args.group + 1, args.group)
-                certified = sum(bound(xa, xb, values, witness, times, slice(g, g + args.group), paired)
+                certified = sum(bound(xa, xb, values, witness, times, slice(g, g + args.group), paired, name)
                                 .mixing_time_exceeds == times[-1] for g in groups)
-                whole = bound(xa, xb, values, witness, times, slice(None), paired)
+                whole = bound(xa, xb, values, witness, times, slice(None), paired, name)
                 key = "paired" if paired else "unpaired"
                 row[f"{key}_certified_groups"] = f"{certified}/{len(groups)}"
                 row[f"{key}_tv_lower"] = [round(float(v), 3) for v in whole.tv_lower]
