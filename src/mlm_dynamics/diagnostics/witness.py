@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from scipy import optimize, stats
+from scipy import special, stats
 from torch import Tensor
 
 from .means import betting_upper_limit
@@ -267,25 +267,30 @@ def _sign_tail(plus_minus: int, n: int, delta: float, minus_rate: np.ndarray) ->
     plus_minus + j)``. Cost: ``O(n G)``."""
     minus = np.arange(n + 1)[:, None]
     plus_rate = np.clip((delta + minus_rate) / np.maximum(1 - minus_rate, 1e-300), 0, 1)
-    return (stats.binom.pmf(minus, n, minus_rate[None]) *
-            stats.binom.sf(plus_minus + minus - 1, n - minus, plus_rate[None])).sum(0)
+    log_pmf = (special.gammaln(n + 1) - special.gammaln(minus + 1) - special.gammaln(n - minus + 1)
+               + special.xlogy(minus, minus_rate) + special.xlog1py(n - minus, -minus_rate))  # Bin(j; n, m)
+    above = np.minimum(plus_minus + minus - 1, n - minus)  # bdtrc is nan beyond n, where the tail is 0
+    return (np.exp(log_pmf) * special.bdtrc(above, n - minus, plus_rate)).sum(0)
 
 
 def paired_sign_pvalue(delta: float, plus: int, ties: int, minus: int) -> float:
     """p-value of ``E D <= delta`` for iid ``D_i`` in ``{-1, 0, 1}`` seen ``plus``, ``ties``, ``minus`` times: the
     largest ``P(K+ - K- >= plus - minus)`` over the laws with ``P(D = 1) - P(D = -1) = delta`` (the nuisance
-    ``P(D = -1) = m`` in ``[0, (1 - delta) / 2]``, maximized on a grid of ``64 + 8 sqrt(N)`` points refined around
-    the best). Laws with a smaller ``E D`` give a smaller tail (moving mass up raises ``K+ - K-``), so the p-value
-    covers the whole null and increases with ``delta``. Cost: ``O(N^1.5)``."""
+    ``P(D = -1) = m`` in ``[0, (1 - delta) / 2]``, maximized on a grid of ``64 + 8 sqrt(N)`` points, then twice on
+    as fine a grid between the best point's neighbours: the ends are grid points, and an interior maximum, where
+    the tail is flat, is met within ``1e-10`` of the interval). Laws with a smaller ``E D`` give a smaller tail
+    (moving mass up raises ``K+ - K-``), so the p-value covers the whole null and increases with ``delta``. Cost:
+    ``O(N^1.5)``."""
     n, observed = plus + ties + minus, plus - minus
-    top = (1 - delta) / 2
-    grid = np.linspace(0, top, 65 + math.ceil(8 * math.sqrt(n)))
-    tails = _sign_tail(observed, n, delta, grid)
-    best = int(np.argmax(tails))
-    refined = optimize.minimize_scalar(lambda m: -_sign_tail(observed, n, delta, np.array([m]))[0],
-                                       bounds=(grid[max(best - 1, 0)], grid[min(best + 1, len(grid) - 1)]),
-                                       method="bounded", options={"xatol": 1e-12})
-    return max(float(tails[best]), -float(refined.fun))
+    low, high, points = 0.0, (1 - delta) / 2, 65 + math.ceil(8 * math.sqrt(n))
+    best = 0.0
+    for _ in range(3):
+        grid = np.linspace(low, high, points)
+        tails = _sign_tail(observed, n, delta, grid)
+        index = int(np.argmax(tails))
+        best = max(best, float(tails[index]))
+        low, high = grid[max(index - 1, 0)], grid[min(index + 1, points - 1)]
+    return best
 
 
 @functools.lru_cache(maxsize=65536)
