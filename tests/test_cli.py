@@ -122,6 +122,7 @@ def test_run_interrupted_after_the_witness_step_resumes_to_the_same_both_sides(t
     config = load_config(RunConfig, "antiberty-default", [
         "model.num_layers=1", "chains.num_chains=2", "temperatures=[1.0, 2.0]", "run.num_steps=30",
         "coupling.max_steps=30", "coupling.witness_steps=10", "coupling.witness_temperatures=[1.0]",
+        "coupling.witness_pairs=[11]",
         "rectangle.enabled=false", "margins.enabled=false", "influence.enabled=false", "semantics.enabled=false",
         "run.checkpoint_every=2"])
     whole = run_report(run_chains(config, tmp_path / "whole"))["mixing"]["by_temperature"]

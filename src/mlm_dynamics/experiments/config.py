@@ -161,15 +161,18 @@ class CouplingConfig:
     ``t_mix(1/4) > witness_steps`` at 95 % where it separates them. The test must come before the pairs that can no
     longer meet are stopped: a later step is cut to the pairs' budget less the sites, with a note. At
     ``witness_temperatures`` (those of the ladder; others are named in a note) further pairs from the first start
-    join until ``witness_pairs`` are tested there (11 is the least that can certify, and only if every one is told
-    apart; 12 certifies with one tie), followed ``witness_steps`` steps only and left out of the meeting times."""
+    join until ``witness_pairs`` are tested there (one number for all, or one per witness temperature in its order;
+    11 is the least that can certify, and only if every pair is told apart; 12 certifies with one tie, 18 with
+    three), followed ``witness_steps`` steps only and left out of the meeting times; the coupled pairs there stop at
+    the witness step too (their meeting times censored there: beyond it they would only say that the coupling is
+    slow, which the certificate answers)."""
 
     enabled: bool = True
     num_pairs: int = 4
     max_steps: int = 200
     witness_steps: int | None = None
     witness_temperatures: list[float] = field(default_factory=list)
-    witness_pairs: int = 12
+    witness_pairs: list[int] = field(default_factory=lambda: [12])
 
     def validate(self, key: str = "coupling") -> None:
         """Raise :class:`ConfigError` naming ``{key}.<field>`` for the first value that is out of range."""
@@ -177,12 +180,21 @@ class CouplingConfig:
         require(self.max_steps >= 1, f"{key}.max_steps", "be >= 1", self.max_steps)
         require(self.witness_steps is None or self.witness_steps >= 0, f"{key}.witness_steps", "be None or >= 0",
                 self.witness_steps)
-        require(self.witness_pairs >= 2, f"{key}.witness_pairs", "be >= 2", self.witness_pairs)
+        require(len(self.witness_pairs) in {1, len(self.witness_temperatures)} and min(self.witness_pairs) >= 2,
+                f"{key}.witness_pairs", "be one count >= 2, or one per witness temperature", self.witness_pairs)
 
     @property
     def witness_step(self) -> int:
         """The step of the witness test (0: none)."""
         return self.max_steps // 2 if self.witness_steps is None else self.witness_steps
+
+    def witness_pairs_at(self, temperature: float) -> int:
+        """The pairs tested at ``temperature`` (0 where it is not a witness temperature)."""
+        if temperature not in self.witness_temperatures:
+            return 0
+        counts = self.witness_pairs * len(self.witness_temperatures) if len(self.witness_pairs) == 1 else \
+            self.witness_pairs
+        return counts[self.witness_temperatures.index(temperature)]
 
 
 @dataclass

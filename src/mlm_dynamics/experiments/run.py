@@ -316,7 +316,7 @@ def planned_rows(config: RunConfig, num_sites: int) -> tuple[int, int]:
     per_temperature = chains // ladder
     per_step = chains + ladder * (min(pairs, per_temperature) + 2 * max(pairs - per_temperature, 0))
     if config.coupling.enabled and config.coupling.witness_step:  # the pairs added for the witness test
-        per_step += 2 * len(config.coupling.witness_temperatures) * max(config.coupling.witness_pairs - pairs, 0)
+        per_step += 2 * sum(max(config.coupling.witness_pairs_at(tau) - pairs, 0) for tau in config.temperatures)
     rectangle = config.rectangle
     after = ((1 + chains) * num_sites if config.margins.enabled else 0)
     after += chains * rectangle.pairs_per_context * (2 * rectangle.num_tokens + 2) if rectangle.enabled else 0
@@ -387,8 +387,9 @@ class _Plan:
     met until ``run.num_steps``; extra pairs leave the batch when they meet; open pairs stop exactly when they can no
     longer meet within ``coupling.max_steps``, and are censored there. Rows after those: the pairs added for the
     witness test at ``coupling.witness_temperatures``, frozen when met and stopped at the witness step, left out of
-    the meeting times. What a step serves depends on the step and the state only, so a run resumed to a larger
-    ``run.num_steps`` is the longer run, bit for bit."""
+    the meeting times; the coupled pairs at those temperatures stop there too, censored at it. What a step serves
+    depends on the step and the state only, so a run resumed to a larger ``run.num_steps`` is the longer run, bit
+    for bit."""
 
     def __init__(self, config: RunConfig, denoiser: Denoiser, tokens: Tensor, sites: Tensor) -> None:
         self.config = config
@@ -412,8 +413,8 @@ class _Plan:
         if spec.enabled and off_ladder:
             self.notes.append(f"coupling.witness_temperatures {off_ladder} are not on the ladder "
                               f"{config.temperatures}: no pairs added there")
-        witness_temperatures = [tau for tau in config.temperatures if tau in spec.witness_temperatures
-                                for _ in range(max(spec.witness_pairs - pairs, 0))] if self.witness_step else []
+        witness_temperatures = [tau for tau in config.temperatures
+                                for _ in range(max(spec.witness_pairs_at(tau) - pairs, 0))] if self.witness_step else []
         extra = len(extra_temperatures)
         x0 = torch.cat([tokens, tokens[:1].expand(extra + len(witness_temperatures), -1)])
         row_sites = torch.cat([sites, sites[:1].expand(extra + len(witness_temperatures), -1)])
@@ -422,6 +423,11 @@ class _Plan:
         measured[num_chains:num_chains + extra] = True
         self.witness_only = torch.zeros_like(measured)
         self.witness_only[num_chains + extra:] = True
+        row_temperatures = temperatures + extra_temperatures + witness_temperatures
+        at_witness = torch.tensor([tau in spec.witness_temperatures for tau in row_temperatures], dtype=torch.bool,
+                                  device=tokens.device)
+        self.stop_at_witness = (measured | self.witness_only) & at_witness if self.witness_step else \
+            torch.zeros_like(measured)
         generator = as_generator(config.chains.seed, "coupling", device=tokens.device)
         filled = randomize_sites(denoiser, x0, row_sites, generator)
         y0 = torch.where((measured | self.witness_only)[:, None], filled, x0)
@@ -431,7 +437,7 @@ class _Plan:
         self.state = self.chains.init_state(x0, y0, generator=config.chains.seed, sites=row_sites)
         self.state.freeze = torch.arange(len(x0), device=tokens.device) >= num_chains
         self.measured, self.num_chains = measured, num_chains
-        self.row_temperatures = temperatures + extra_temperatures + witness_temperatures
+        self.row_temperatures = row_temperatures
         self.hamming_start = (x0 != y0).sum(1)[measured].tolist()
         self.witness_states: Tensor | None = None  # [2, rows, L] x and y at the witness step, once reached
         self.witness_rows = torch.zeros(len(x0), dtype=torch.long)
@@ -453,8 +459,8 @@ class _Plan:
 
     def after_step(self) -> None:
         """At the witness step, record each pair's two chains (a met pair's ``y`` is its ``x``: they moved as one
-        since) and stop the pairs added for the test; then stop the open pairs that cannot meet within the pairs'
-        budget, and at that budget every open pair."""
+        since) and stop the pairs at the witness temperatures (the chains among their first chains move on); then
+        stop the open pairs that cannot meet within the pairs' budget, and at that budget every open pair."""
         state = self.state
         if self.config.coupling.enabled:
             served = self.witness_only & (state.open | (state.met_at == state.x.step))
@@ -462,7 +468,7 @@ class _Plan:
             if state.x.step == self.witness_step:
                 met = (state.met_at >= 0)[:, None]
                 self.witness_states = torch.stack([state.x.tokens, torch.where(met, state.x.tokens, state.y)]).cpu()
-                state.stop(self.witness_only)
+                state.stop(self.stop_at_witness)
             self.chains.stop_hopeless(state, self.budget)
             if state.x.step >= self.budget:
                 state.stop(state.open)
@@ -502,10 +508,12 @@ class _Plan:
         budget = self.budget
         taus = [t for t, m in zip(self.row_temperatures, self.measured.tolist(), strict=True) if m]
         times, censored = pooled.times[self.measured], pooled.censored[self.measured]
+        reached = budget if pooled.max_steps is None else min(budget, int(pooled.max_steps))
+        stops = self.witness_step if self.witness_step and self.state.x.step >= self.witness_step else reached
         by_temperature = {tau: MeetingTimes(times=times[torch.tensor([t == tau for t in taus])],
                                             censored=censored[torch.tensor([t == tau for t in taus])],
-                                            max_steps=min(budget, budget if pooled.max_steps is None
-                                                          else int(pooled.max_steps)))
+                                            max_steps=stops if tau in self.config.coupling.witness_temperatures
+                                            else reached)
                           for tau in self.config.temperatures}
         end = (self.state.x.tokens != self.state.y).sum(1)[self.measured].tolist()
         chain_rows = self.num_chains * self.state.x.step
