@@ -106,7 +106,7 @@ def key_figures(report: Mapping[str, Any]) -> list[dict[str, Any]]:
                 row["mixing (both sides, 95 %)"] = _verdict_cell(pairs)
         if tau in semantics:
             row["drift (1 = forgot start)"] = f"{semantics[tau]['drift_over_scale_final']:.2f}"
-            row["time trapped"] = f"{semantics[tau]['trapped_fraction']:.0%}"
+            row["time in a trap (descriptive)"] = f"{semantics[tau]['trapped_fraction']:.0%}"
         key = f"dobrushin_tau{tau:g}"
         if key in report.get("influence", {}):
             row["influence estimate"] = f"{report['influence'][key]:.2f}"
@@ -242,11 +242,16 @@ def run_summary(result: ChainRunResult) -> str:
         f"window PLL energy: start {chains['pll_energy_start_mean']:.3f} -> end {chains['pll_energy_end_mean']:.3f}",
         f"unique final sequences: {chains['unique_final_sequences']}",
     ]
+    brackets = {} if result.coupling is None else result.coupling.brackets()
     if result.semantics is not None:
         for row in result.semantics.by_temperature():
+            bracket = brackets.get(row["temperature"])
+            certified = "; descriptive, the slow side " + (
+                f"certified: {bracket.text()}" if bracket is not None and bracket.verdict == "slow" else
+                "not certified")
             traps = (f"{row['num_traps']:.0f} traps in {row['num_basins']:.0f} basins, trapped "
                      f"{row['trapped_fraction']:.0%} of the time (median dwell "
-                     f"{quantile_text(row, 'dwell_time_median')} steps)"
+                     f"{quantile_text(row, 'dwell_time_median')} steps{certified})"
                      if row["num_traps"] else "no traps")
             lines.append(f"semantics at tau={row['temperature']:g}: drift {row['drift_over_scale_final']:.2f} of the "
                          f"distance to random fillings; {traps}")
@@ -255,10 +260,9 @@ def run_summary(result: ChainRunResult) -> str:
         parts = []
         for tau, times in coupling.times.items():
             parts.append(f"tau={tau:g}: {quantile_text(times.summary(), 'meeting_time_median')} "
-                         f"({times.censored_fraction:.0%} of {times.times.numel()} censored)")
-        budget = int(next(iter(coupling.times.values())).budget)
-        lines.append(f"coupled pairs, median meeting time: {', '.join(parts)}; budget {budget} steps")
-        lines += [f"mixing at tau={tau:g}: {bracket.text()}" for tau, bracket in coupling.brackets().items()]
+                         f"({times.censored_fraction:.0%} of {times.times.numel()} censored at {int(times.budget)})")
+        lines.append(f"coupled pairs, median meeting time: {', '.join(parts)}")
+        lines += [f"mixing at tau={tau:g}: {bracket.text()}" for tau, bracket in brackets.items()]
     if result.rectangle is not None:
         summary = result.rectangle.summary()
         lines.append(f"rectangle test: {summary['prevalence']:.3f} of {int(summary['num_rectangles'])} rectangles "
