@@ -276,9 +276,10 @@ def _sign_tail(plus_minus: int, n: int, delta: float, minus_rate: np.ndarray) ->
 def paired_sign_pvalue(delta: float, plus: int, ties: int, minus: int) -> float:
     """p-value of ``E D <= delta`` for iid ``D_i`` in ``{-1, 0, 1}`` seen ``plus``, ``ties``, ``minus`` times: the
     largest ``P(K+ - K- >= plus - minus)`` over the laws with ``P(D = 1) - P(D = -1) = delta`` (the nuisance
-    ``P(D = -1) = m`` in ``[0, (1 - delta) / 2]``, maximized on a grid of ``64 + 8 sqrt(N)`` points, then twice on
-    as fine a grid between the best point's neighbours: the ends are grid points, and an interior maximum, where
-    the tail is flat, is met within ``1e-10`` of the interval). Laws with a smaller ``E D`` give a smaller tail
+    ``P(D = -1) = m`` in ``[0, (1 - delta) / 2]``, maximized on a grid of ``G = 65 + 8 sqrt(N)`` points, then twice
+    on as fine a grid between the best point's neighbours: the ends are grid points, and an interior maximum, where
+    the tail is flat to first order, is met within ``(2 / G)^2 / G`` of the interval, so that its value is missed
+    by a second-order amount). Laws with a smaller ``E D`` give a smaller tail
     (moving mass up raises ``K+ - K-``), so the p-value covers the whole null and increases with ``delta``. Cost:
     ``O(N^1.5)``."""
     n, observed = plus + ties + minus, plus - minus
