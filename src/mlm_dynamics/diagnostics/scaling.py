@@ -323,7 +323,7 @@ class SlowBracket:
 
     def describe(self) -> str:
         """``n=8: slow up to 0.5, fast from 1`` in words."""
-        slow = ("no temperature certified slow" if self.slow_up_to == 0
+        slow = (f"no temperature certified {SLOW_FACTOR:g}x slower than the highest" if self.slow_up_to == 0
                 else f"certified slow up to tau={self.slow_up_to:g}")
         fast = ("none above confidently fast (below the highest temperature)" if math.isinf(self.fast_from)
                 else f"fast (< {SLOW_FACTOR:g}x) from tau={self.fast_from:g}")
