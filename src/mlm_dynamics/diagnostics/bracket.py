@@ -57,8 +57,8 @@ def pairs_to_separate(separated: float, reversed_share: float, epsilon: float = 
     at which :func:`~.witness.paired_sign_pvalue` of ``2 epsilon`` is at most ``1 - level`` with the shares kept by
     rounding (doubling, then bisection: an estimate within a few pairs), beyond that the normal approximation
     ``z^2 (1 - 4 epsilon^2) / (gap - 2 epsilon)^2`` (the p-value's worst law at ``E D = 2 epsilon`` has no ties, so
-    its variance). None when the gap ``separated - reversed_share`` is not above ``2
-    epsilon``: no number of pairs certifies it. Cost: ``O(log N)`` p-values of up to 1024 pairs."""
+    its variance). None when the gap ``separated - reversed_share`` is not above ``2 epsilon``: no number of pairs
+    certifies it. Cost: ``O(log N)`` p-values of up to 1024 pairs."""
     gap = separated - reversed_share
     if gap <= 2 * epsilon:
         return None

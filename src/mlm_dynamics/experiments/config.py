@@ -180,7 +180,8 @@ class CouplingConfig:
         require(self.max_steps >= 1, f"{key}.max_steps", "be >= 1", self.max_steps)
         require(self.witness_steps is None or self.witness_steps >= 0, f"{key}.witness_steps", "be None or >= 0",
                 self.witness_steps)
-        require(len(self.witness_pairs) in {1, len(self.witness_temperatures)} and min(self.witness_pairs) >= 2,
+        counts_fit = len(self.witness_pairs) in {1, len(self.witness_temperatures)}
+        require(counts_fit and min(self.witness_pairs, default=0) >= 2,
                 f"{key}.witness_pairs", "be one count >= 2, or one per witness temperature", self.witness_pairs)
 
     @property
