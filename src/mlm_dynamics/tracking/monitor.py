@@ -204,7 +204,8 @@ class ChainMonitor:
         bound = mixing_lower_bound(a[:rows], b[:rows], level=level, times=[step])
         if bound.mixing_time_exceeds is not None:
             self.certified_beyond = max(self.certified_beyond or 0, bound.mixing_time_exceeds)
-        out = {k: bound.summary()[k] for k in ("tv_lower", "d_lower", "chains_needed")}
+        summary = bound.summary()
+        out = {k: summary[k] for k in ("tv_lower", "d_lower", "chains_needed")}
         if self.certified_beyond is not None:
             out["mixing_time_exceeds"] = float(self.certified_beyond)
         return out
