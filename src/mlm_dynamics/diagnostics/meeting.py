@@ -125,16 +125,21 @@ class HittingTimes(MeetingTimes):
 
 
 def meeting_times_of(state: CoupledState, *, started_at: int = 0, lag: int = 0) -> MeetingTimes:
-    """The meeting times of coupled chains run from step ``started_at``: a pair's meeting step, or where it has not
-    met (censored) the step it was stopped at (:meth:`~mlm_dynamics.sampling.coupling.CoupledState.stop`), else the
-    steps run so far; with an L-lag coupling the times include the ``lag``. ``max_steps`` is the latest of these."""
+    """The meeting times of coupled chains run from step ``started_at`` (or each pair from its own start,
+    :attr:`~mlm_dynamics.sampling.coupling.CoupledState.born`; pairs not started are left out): a pair's meeting
+    step, or where it has not met (censored) the step it was stopped at
+    (:meth:`~mlm_dynamics.sampling.coupling.CoupledState.stop`), else the steps run so far; with an L-lag coupling
+    the times include the ``lag``. ``max_steps`` is the latest of these."""
+    started = state.started
+    born = torch.full_like(state.met_at, started_at) if state.born is None else state.born
     censored = state.met_at < 0
-    steps = state.x.step - started_at
-    reached = torch.full_like(state.met_at, steps) if state.stopped_at is None else \
-        torch.where(state.stopped_at >= 0, state.stopped_at - started_at, steps)
-    times = torch.where(censored, reached, state.met_at - started_at) + lag
-    budget = int(reached[censored].max()) if bool(censored.any()) else steps
-    return MeetingTimes(times=times, censored=censored, lag=lag, max_steps=max(budget, steps))
+    steps = state.x.step - born
+    reached = steps if state.stopped_at is None else torch.where(state.stopped_at >= 0, state.stopped_at - born, steps)
+    times = (torch.where(censored, reached, state.met_at - born) + lag)[started]
+    censored, reached, steps = censored[started], reached[started], steps[started]
+    longest = int(steps.max()) if steps.numel() else 0
+    budget = int(reached[censored].max()) if bool(censored.any()) else longest
+    return MeetingTimes(times=times, censored=censored, lag=lag, max_steps=max(budget, longest))
 
 
 def meeting_times(sampler: GlauberSampler, x0: Tensor, y0: Tensor, *, max_steps: int, generator: Randomness = 0,

@@ -140,7 +140,10 @@ class CoupledState:
     the chains' ``freeze_met`` for every pair) says which pairs leave the batch once met; the others move on as one
     chain at one row, so their ``x`` stays a chain of the sampler. ``stopped_at [P]`` is the step at which a pair
     was stopped unmet (``-1``: running or met): its meeting time is censored there and ``y`` stops; its ``x`` stops
-    too where the pair freezes, else it moves on alone as a chain.
+    too where the pair freezes, else it moves on alone as a chain. ``born [P]`` (``None``: every pair started at step
+    0) is the step at which each pair started (``-1``: not yet, it waits outside the batch): a pair's own clock, its
+    age, is the steps since, and with per-pair streams it draws at its age, so its path is the same whenever it
+    starts.
     """
 
     x: ChainState
@@ -149,6 +152,19 @@ class CoupledState:
     rows: int = 0
     freeze: Tensor | None = None
     stopped_at: Tensor | None = None
+    born: Tensor | None = None
+
+    @property
+    def started(self) -> Tensor:
+        """``[P]`` True for pairs that have started (all of them without :attr:`born`)."""
+        return torch.ones_like(self.met_at, dtype=torch.bool) if self.born is None else self.born >= 0
+
+    @property
+    def ages(self) -> Tensor:
+        """``[P]`` steps each pair has run since it started (0 before)."""
+        if self.born is None:
+            return torch.full_like(self.met_at, self.x.step)
+        return torch.where(self.born >= 0, self.x.step - self.born, 0)
 
     @property
     def stopped(self) -> Tensor:
@@ -157,8 +173,8 @@ class CoupledState:
 
     @property
     def open(self) -> Tensor:
-        """``[P]`` True for pairs that have neither met nor been stopped."""
-        return (self.met_at < 0) & ~self.stopped
+        """``[P]`` True for pairs that have started and have neither met nor been stopped."""
+        return (self.met_at < 0) & ~self.stopped & self.started
 
     def stop(self, pairs: Tensor, at: int | None = None) -> None:
         """Stop the unmet pairs among ``pairs`` (``[P]`` bool), censored at step ``at`` (default: now): ``y`` leaves
@@ -172,14 +188,15 @@ class CoupledState:
         """Both chains' states, the meeting and stopping steps, for checkpoints."""
         return {"x": self.x.state_dict(), "y": self.y.clone(), "met_at": self.met_at.clone(), "rows": self.rows,
                 "freeze": None if self.freeze is None else self.freeze.clone(),
-                "stopped_at": None if self.stopped_at is None else self.stopped_at.clone()}
+                "stopped_at": None if self.stopped_at is None else self.stopped_at.clone(),
+                "born": None if self.born is None else self.born.clone()}
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any], device: torch.device | str | None = None) -> CoupledState:
         """A state from :meth:`state_dict`, on ``device``."""
         x = ChainState.from_state_dict(state["x"], device)
         optional = {k: None if state.get(k) is None else state[k].to(x.tokens.device).clone()
-                    for k in ("freeze", "stopped_at")}
+                    for k in ("freeze", "stopped_at", "born")}
         return cls(x=x, y=state["y"].to(x.tokens.device).clone(), met_at=state["met_at"].to(x.tokens.device).clone(),
                    rows=int(state.get("rows", 0)), **optional)
 
@@ -246,14 +263,15 @@ class CoupledGlauberChains:
         from its own key and the step (:data:`PAIR_SLOTS` uniforms), whatever else is in the batch.
         """
         sampler, chains = self.sampler, state.x
-        drawn = None if chains.streams is None else uniforms(chains.streams, chains.step, PAIR_SLOTS)
+        drawn = None if chains.streams is None else \
+            uniforms(chains.streams, chains.step if state.born is None else state.ages, PAIR_SLOTS)
         index = sampler.choose_sites(chains) if drawn is None else stream_sites(drawn[:, 0], chains.site_counts)
         positions = chains.sites.gather(1, index)
         met = state.met_at >= 0
         freeze = torch.full_like(met, self.freeze_met) if state.freeze is None else state.freeze.to(met.device)
-        open_pairs = ~met & ~state.stopped
+        open_pairs = state.open
         active = open_pairs.nonzero().squeeze(1)
-        moving = (open_pairs | ~freeze).nonzero().squeeze(1)  # an x that does not freeze stays a chain
+        moving = (open_pairs | (~freeze & state.started)).nonzero().squeeze(1)  # an x not freezing stays a chain
         rows = torch.cat([chains.tokens[moving], state.y[active]])
         row_index = torch.cat([moving, active])
         mask = None if chains.attention_mask is None else chains.attention_mask[row_index]
@@ -296,15 +314,20 @@ class CoupledGlauberChains:
                           accepted=torch.ones(old.shape[0], dtype=torch.bool, device=old.device))
 
     def stop_hopeless(self, state: CoupledState, max_steps: int) -> Tensor:
-        """Stop the open pairs that cannot meet within ``max_steps`` steps of the chains' start: a step changes at
-        most ``block_size`` sites of each chain, so a pair ``d`` sites apart needs ``ceil(d / k)`` more steps. Their
-        meeting times are censored at ``max_steps`` exactly as if they had run there (no estimate involved).
-        Returns the ``[P]`` pairs stopped now."""
+        """Stop the open pairs that cannot meet within ``max_steps`` steps of their start (their age): a step
+        changes at most ``block_size`` sites of each chain, so a pair ``d`` sites apart needs ``ceil(d / k)`` more
+        steps. Their meeting times are censored at ``max_steps`` exactly as if they had run there (no estimate
+        involved; :attr:`CoupledState.stopped_at` holds the step that age is reached). Returns the ``[P]`` pairs
+        stopped now."""
         distance = (state.x.tokens != state.y).sum(1)
         needed = (distance + self.sampler.block_size - 1) // self.sampler.block_size
-        hopeless = state.open & (needed > max_steps - state.x.step)
+        hopeless = state.open & (needed > max_steps - state.ages)
         if hopeless.any():
-            state.stop(hopeless, at=max_steps)
+            born = 0 if state.born is None else state.born
+            stop_at = torch.full_like(state.met_at, max_steps) + born
+            if state.stopped_at is None:
+                state.stopped_at = torch.full_like(state.met_at, -1)
+            state.stopped_at[hopeless] = stop_at[hopeless]
         return hopeless
 
     def run(self, state: CoupledState, max_steps: int) -> CoupledState:

@@ -36,8 +36,13 @@ def mix(x: Tensor) -> Tensor:
     return z ^ _logical_shift(z, 31)
 
 
-def uniforms(keys: Tensor, step: int, slots: int) -> Tensor:
-    """``[R, slots]`` float64 uniforms in ``[0, 1)`` of the streams ``keys [R]`` (int64) at ``step``."""
+def uniforms(keys: Tensor, step: int | Tensor, slots: int) -> Tensor:
+    """``[R, slots]`` float64 uniforms in ``[0, 1)`` of the streams ``keys [R]`` (int64) at ``step`` (one for all
+    rows, or ``[R]``: each row's own step, e.g. its age when rows started at different times)."""
+    if isinstance(step, Tensor):
+        counters = step.to(keys.device).long()[:, None] * slots + torch.arange(slots, device=keys.device)
+        bits = mix(keys[:, None] ^ mix(counters))
+        return _logical_shift(bits, 11).double() * 2.0**-53
     counters = torch.arange(step * slots, (step + 1) * slots, dtype=torch.int64, device=keys.device)
     bits = mix(keys[:, None] ^ mix(counters)[None, :])
     return _logical_shift(bits, 11).double() * 2.0**-53
