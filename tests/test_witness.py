@@ -437,7 +437,7 @@ def test_bracket_verdicts_on_exact_truths():
     xa, xb = trapped.run(0, 64, [100], generator), trapped.run(511, 64, [100], generator)
     lower = mixing_lower_bound(xa, xb, witness=nearer_start(xa[0, 0], xb[0, 0]), times=[100], paired=True)
     assert mixing_bracket(censored, lower).verdict == "slow"
-    assert mixing_bracket(censored, lower).text() == "slow: t_mix(1/4) > 100 steps (95%)"
+    assert mixing_bracket(censored, lower).text() == "slow: t_mix(1/4) > 100 steps (95%; 32 pairs)"
 
     def met(pairs: int) -> MeetingTimes:
         return MeetingTimes(times=torch.arange(1, pairs + 1) * 3, censored=torch.zeros(pairs, dtype=torch.bool),

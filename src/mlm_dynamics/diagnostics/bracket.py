@@ -13,6 +13,9 @@ For chains from start ``a`` (a run's start rows) and start ``b`` (random filling
   slower); the report says so;
 - **undecided** otherwise, with what it would need: pairs (for a side whose observed share would decide with more
   pairs) or steps (for a side that no number of pairs decides at this horizon).
+
+Where the pairs came in rounds of a sequential design that stopped on what it saw (``looks``), both sides are the
+group-sequential tests of :mod:`.sequential` at the look reached; each side keeps its 95 %.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from dataclasses import dataclass
 from scipy import stats
 
 from .meeting import MeetingTimes
+from .sequential import Looks
+from .sequential import forgotten_by as sequential_forgotten_by
 from .witness import DEFAULT_EPSILON, MixingLowerBound, clopper_pearson_lower, paired_sign_pvalue
 
 LEVEL = 0.95
@@ -92,6 +97,8 @@ class MixingBracket:
         budget: the steps the pairs were followed.
         needs: what an undecided cell would need (empty when decided).
         level: the confidence of each side.
+        pairs: the pairs from the two starts the sides were decided on.
+        looks: the pairs at each planned look of a sequential design (``pairs`` one of them), or None.
     """
 
     slow_beyond: int | None
@@ -100,6 +107,13 @@ class MixingBracket:
     budget: int
     needs: str = ""
     level: float = LEVEL
+    pairs: int = 0
+    looks: tuple[int, ...] | None = None
+
+    @property
+    def look(self) -> int | None:
+        """1-based number of the look the sides were decided at (None for a fixed number of pairs)."""
+        return None if self.looks is None or self.pairs not in self.looks else self.looks.index(self.pairs) + 1
 
     @property
     def verdict(self) -> str:
@@ -116,16 +130,30 @@ class MixingBracket:
             return math.nan if x is None else float(x)
 
         return {"mixing_time_exceeds": value(self.slow_beyond), "forgotten_by": value(self.forgotten_by),
-                "horizon": value(self.horizon), "budget": float(self.budget), "level": self.level}
+                "horizon": value(self.horizon), "budget": float(self.budget), "level": self.level,
+                "pairs": float(self.pairs), "look": value(self.look)}
+
+    def design(self) -> str:
+        """``14 pairs, look 2 of 6`` for a sequential design, ``14 pairs`` for a fixed one."""
+        look = self.look
+        return f"{self.pairs} pairs" + ("" if look is None or self.looks is None else
+                                        f", look {look} of {len(self.looks)}")
 
     def text(self) -> str:
         """One line: the verdict with its certified numbers, or what it would need."""
         if self.verdict == "slow":
-            return f"slow: t_mix(1/4) > {self.slow_beyond} steps ({self.level:.0%})"
+            return f"slow: t_mix(1/4) > {self.slow_beyond} steps ({self.level:.0%}; {self.design()})"
         if self.verdict == "fast":
-            return (f"fast from these starts: TV <= 1/4 by step {self.forgotten_by} ({self.level:.0%}; other starts "
-                    "may be slower)")
+            return (f"fast from these starts: TV <= 1/4 by step {self.forgotten_by} ({self.level:.0%}; "
+                    f"{self.design()}; other starts may be slower)")
         return f"undecided: {self.needs}"
+
+    def cell_text(self) -> str:
+        """The bracket on ``t_mix(1/4)`` in a few characters, for a figure's cell: ``> 80``, ``<= 95`` (from these
+        starts), ``> 80, <= 400``, or ``?``."""
+        sides = ([f"> {self.slow_beyond}"] if self.slow_beyond is not None else []) + \
+            ([f"<= {self.forgotten_by}"] if self.forgotten_by is not None else [])
+        return ", ".join(sides) if sides else "?"
 
 
 def forgotten_by(meeting: MeetingTimes, level: float = LEVEL, epsilon: float = DEFAULT_EPSILON) -> int | None:
@@ -142,35 +170,52 @@ def forgotten_by(meeting: MeetingTimes, level: float = LEVEL, epsilon: float = D
     return None
 
 
-def mixing_bracket(meeting: MeetingTimes, lower: MixingLowerBound | None, *,
-                   epsilon: float = DEFAULT_EPSILON) -> MixingBracket:
+def mixing_bracket(meeting: MeetingTimes, lower: MixingLowerBound | None, *, epsilon: float = DEFAULT_EPSILON,
+                   looks: tuple[int, ...] | None = None, needs: str | None = None) -> MixingBracket:
     """The two sides of one cell from its coupled pairs' meeting times (upper side) and the paired witness bound of
-    the same or further pairs at one horizon (``lower``; None where no witness was tested). Cost: none."""
+    the same or further pairs at one horizon (``lower``; None where no witness was tested). ``looks``: the pairs at
+    the planned looks of a sequential design (the meeting times' pairs one of them): the fast side is then its
+    group-sequential test (:func:`~.sequential.forgotten_by`), and ``lower`` must be the design's repeated bound;
+    ``needs``: what an undecided cell would need, as the design's planner prices it (default: priced here for a
+    fixed number of pairs). Cost: none."""
     budget = int(meeting.budget)
     n = meeting.times.numel()
-    forgotten = forgotten_by(meeting, LEVEL, epsilon)
+    sequential = looks is not None and len(looks) > 1
+    if sequential:
+        assert looks is not None
+        if n not in looks:
+            raise ValueError(f"looks: the {n} pairs are not one of the planned looks {list(looks)}")
+        forgotten = sequential_forgotten_by(Looks(looks, LEVEL), looks.index(n), meeting.times.tolist(),
+                                            meeting.censored.tolist(), epsilon)
+    else:
+        forgotten = forgotten_by(meeting, LEVEL, epsilon)
     slow_beyond = None if lower is None else lower.mixing_time_exceeds
     horizon = None if lower is None else int(lower.times[-1])
-    needs = []
+    planned = tuple(looks) if sequential and looks is not None else None
+    if needs is not None:
+        return MixingBracket(slow_beyond=slow_beyond, forgotten_by=forgotten, horizon=horizon, budget=budget,
+                             needs="" if slow_beyond is not None or forgotten is not None else needs, pairs=n,
+                             looks=planned)
+    needs_list = []
     if slow_beyond is None and forgotten is None:
         if lower is not None:
             gap = float(lower.gap[-1])
             separated = float(lower.separated[-1]) if lower.separated is not None else max(gap, 0.0)
             pairs = pairs_to_separate(separated, separated - gap, epsilon)
-            needs.append(f"slow side: {pairs} pairs at step {horizon} if they separate as these did"
+            needs_list.append(f"slow side: {pairs} pairs at step {horizon} if they separate as these did"
                          if pairs is not None else
                          f"slow side: the witness gap is {gap:.0%} of pairs at step {horizon} (separated less "
                          f"reversed); no number of pairs certifies t_mix(1/4) > {horizon} unless it exceeds "
                          f"{2 * epsilon:.0%} (a stronger witness, or starts further apart)")
         else:
-            needs.append("slow side: no witness was tested (the run job tests at coupling.witness_steps; a sweep "
-                         "cell needs 3 or more natural-random pairs)")
+            needs_list.append("slow side: no witness was tested (the run job tests at coupling.witness_steps; a sweep "
+                              "cell needs 3 or more natural-random pairs)")
         unmet = float(((meeting.times >= budget) | meeting.censored).float().mean()) if n else 1.0
         pairs = pairs_to_decide(unmet, epsilon, above=False)
-        needs.append(f"fast side: {pairs} pairs if they meet as these did" if pairs is not None else
-                     f"fast side: {unmet:.0%} of pairs had not met by step {budget}: more steps")
+        needs_list.append(f"fast side: {pairs} pairs if they meet as these did" if pairs is not None else
+                          f"fast side: {unmet:.0%} of pairs had not met by step {budget}: more steps")
     return MixingBracket(slow_beyond=slow_beyond, forgotten_by=forgotten, horizon=horizon, budget=budget,
-                         needs="; ".join(needs))
+                         needs="; ".join(needs_list), pairs=n, looks=planned)
 
 
 __all__ = ["MixingBracket", "forgotten_by", "mixing_bracket", "pairs_to_decide", "pairs_to_separate"]

@@ -389,7 +389,9 @@ def _resampled(evidence: Evidence, generator: torch.Generator) -> Evidence:
         count = min(w.values_a.shape[1] for w in column.values())
         pick = torch.randint(count, (count,), generator=generator)
         for tau, w in column.items():
-            witness[(tau, n)] = PairedWitness(w.times, w.values_a[:, pick], w.values_b[:, pick], w.name, w.learned)
+            looks = w.looks if w.looks is not None and count in w.looks else None  # plug-in power: any design
+            witness[(tau, n)] = PairedWitness(w.times, w.values_a[:, pick], w.values_b[:, pick], w.name, w.learned,
+                                              looks)
     return replace(evidence, times=times_of(evidence.times), start_pairs=times_of(evidence.start_pairs),
                    witness=witness)
 

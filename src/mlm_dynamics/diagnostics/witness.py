@@ -50,6 +50,7 @@ from scipy import special, stats
 from torch import Tensor
 
 from .means import betting_upper_limit
+from .sequential import Looks, slow_lower
 
 DEFAULT_EPSILON = 0.25
 LEARNED = "learned"  # the name of the default witness
@@ -333,6 +334,15 @@ def _gap_lower(fa: Tensor, fb: Tensor, binary: bool, alpha: float, paired: bool)
     return 2 * _lower_limit((1 + difference) / 2, binary, alpha) - 1
 
 
+def _sequential_lower(fa: Tensor, fb: Tensor, looks: tuple[int, ...], alpha: float) -> float:
+    """The repeated lower bound of ``E D`` at the look of ``fa.numel()`` pairs (:func:`~.sequential.slow_lower`)."""
+    difference = fa - fb
+    plus, minus = int((difference > 0.5).sum()), int((difference < -0.5).sum())
+    plan = Looks(looks, 1 - alpha)
+    look = plan.pairs.index(difference.numel())
+    return slow_lower(plan, look, plus, difference.numel() - plus - minus, minus)
+
+
 def chains_to_certify(epsilon: float = DEFAULT_EPSILON, level: float = 0.95, tests: int = 1, *,
                       paired: bool = False) -> int:
     """Least chains per start with which a binary witness that separates the two sides completely certifies
@@ -528,12 +538,22 @@ def mixing_lower_bound(states_a: Tensor, states_b: Tensor, *,
 
 def witness_bound(values_a: Tensor, values_b: Tensor, *, times: Tensor | Sequence[int], binary: Sequence[bool],
                   names: Sequence[str], level: float = 0.95, epsilon: float = DEFAULT_EPSILON, paired: bool = False,
-                  learned: bool = False) -> MixingLowerBound:
+                  learned: bool = False, looks: Sequence[int] | None = None) -> MixingLowerBound:
     """:class:`MixingLowerBound` from witness values already computed: ``values_a``, ``values_b`` ``[T, K, N]`` in
     ``[0, 1]`` for the ``K`` witnesses (``binary [K]``, ``names [K]``) on the ``N`` rows of each side at ``times
     [T]`` (the core of :func:`mixing_lower_bound`, for values pooled elsewhere, e.g. over DDP ranks). The level is
-    shared over the ``T K`` tests; the bound at each time is the best witness's, made non-increasing in ``t``."""
+    shared over the ``T K`` tests; the bound at each time is the best witness's, made non-increasing in ``t``.
+
+    ``looks`` (paired binary witnesses): the rows were tested in a sequential design whose looks were planned at
+    these numbers of rows, ``N`` one of them (:mod:`.sequential`); each bound is then the repeated bound at that
+    look (:func:`~.sequential.slow_lower`), valid although the design chose ``N`` on what it saw."""
     _check_level_epsilon(level, epsilon)
+    plan = None
+    if looks is not None and len(looks) > 1:
+        if not paired or not all(binary) or values_a.shape[-1] not in tuple(looks):
+            raise ValueError(f"looks: a sequential bound needs paired binary witnesses tested at one of the looks "
+                             f"{list(looks)}, got {values_a.shape[-1]} rows")
+        plan = tuple(int(n) for n in looks)
     steps = torch.as_tensor(times).long().cpu()
     if values_a.shape != values_b.shape or values_a.dim() != 3 or values_a.shape[:2] != (steps.numel(), len(names)):
         raise ValueError(f"values_a and values_b must both be [T, K, N] for T = {steps.numel()} times and K = "
@@ -544,7 +564,8 @@ def witness_bound(values_a: Tensor, values_b: Tensor, *, times: Tensor | Sequenc
     alpha = (1 - level) / tests
     raw, gap, chosen, separated = [], [], [], []
     for index in range(steps.numel()):
-        best = max((_gap_lower(fa, fb, kind, alpha, paired), float(fa.mean() - fb.mean()), name,
+        best = max((_gap_lower(fa, fb, kind, alpha, paired) if plan is None else _sequential_lower(fa, fb, plan, alpha),
+                    float(fa.mean() - fb.mean()), name,
                     float((fa > fb).double().mean()))
                    for fa, fb, kind, name in zip(values_a[index].double().cpu(), values_b[index].double().cpu(),
                                                  binary, names, strict=True))
@@ -569,6 +590,8 @@ class PairedWitness:
         times: ``[H]`` increasing steps.
         values_a, values_b: ``[H, N]`` witness values (0 or 1) of the chains from start ``a`` and from ``b``.
         name: the witness's name; ``learned``: fitted on pairs other than these (the design spends as many).
+        looks: the tested pairs at each planned look of a sequential design (``N`` one of them), or None: a fixed
+            number of pairs.
     """
 
     times: Tensor
@@ -576,21 +599,29 @@ class PairedWitness:
     values_b: Tensor
     name: str = LEARNED
     learned: bool = True
+    looks: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.looks is not None:
+            self.looks = tuple(int(n) for n in self.looks)
 
     def bound(self, level: float = 0.95, epsilon: float = DEFAULT_EPSILON) -> MixingLowerBound:
-        """The paired bound at ``level``, simultaneous over the horizons (:func:`witness_bound`). Cost: none."""
+        """The paired bound at ``level``, simultaneous over the horizons (:func:`witness_bound`; the repeated bound
+        of the design's looks where there are several). Cost: none."""
         return witness_bound(self.values_a[:, None], self.values_b[:, None], times=self.times, binary=[True],
-                             names=[self.name], level=level, epsilon=epsilon, paired=True, learned=self.learned)
+                             names=[self.name], level=level, epsilon=epsilon, paired=True, learned=self.learned,
+                             looks=self.looks)
 
     def resampled(self, generator: torch.Generator) -> PairedWitness:
         """The same horizons with the pairs drawn with replacement (one draw for every horizon)."""
         pick = torch.randint(self.values_a.shape[1], (self.values_a.shape[1],), generator=generator)
-        return PairedWitness(self.times, self.values_a[:, pick], self.values_b[:, pick], self.name, self.learned)
+        return PairedWitness(self.times, self.values_a[:, pick], self.values_b[:, pick], self.name, self.learned,
+                             self.looks)
 
     def state_dict(self) -> dict[str, Any]:
         """Tensors and names, for checkpoints and shard files."""
         return {"times": self.times, "values_a": self.values_a, "values_b": self.values_b, "name": self.name,
-                "learned": self.learned}
+                "learned": self.learned, "looks": None if self.looks is None else list(self.looks)}
 
 
 def paired_learned_witness(states: Tensor, times: Sequence[int], *, learn: Tensor, test: Tensor) -> PairedWitness:
