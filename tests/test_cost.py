@@ -66,9 +66,9 @@ QUICK = ["--set", "model.num_layers=1", "--set", "chains.num_chains=4", "--set",
 
 
 def test_the_run_job_bills_exactly_the_rows_its_loop_serves(tmp_path):
-    """One forward per step over the live rows: without pairs exactly chains x steps; with pairs, chains x steps
-    plus 2 rows per extra pair and 1 per chain's partner for every step their pair was open; report.json and the
-    printed line carry the bill."""
+    """One forward per step over the live rows: without pairs exactly chains x steps; with pairs, 2 rows per pair
+    for every step it was open and 1 per chain for every other step; report.json and the printed line carry the
+    bill."""
     pytest.importorskip("antiberty")
     alone, paired = tmp_path / "alone", tmp_path / "paired"
     assert main(["run", "--out", str(alone), *QUICK, "--set", "coupling.enabled=false",
@@ -81,19 +81,21 @@ def test_the_run_job_bills_exactly_the_rows_its_loop_serves(tmp_path):
     assert "cost:" in (alone / "report.html").read_text()
 
     assert main(["run", "--out", str(paired), *QUICK, "--set", "coupling.num_pairs=3",
-                 "--set", "coupling.max_steps=6"]) == 0
+                 "--set", "coupling.max_steps=6", "--set", "coupling.looks=[]", "--set", "coupling.max_rows=null"]) == 0
     report = json.loads((paired / "report.json").read_text())
     phases = {row["phase"]: row for row in report["cost"]["phases"]}
-    # the plan prices a step at the batch it runs: 4 chains, each temperature's two chains' partners and an extra
-    # pair's two chains (planned_rows), not at the chains' 4 rows
-    assert report["cost"]["bare_forward_shape"] == [4 + 2 * (2 + 2), 124]
-    open_steps = [int(t) for row in report["mixing"]["by_temperature"] for t in row["meeting_times"]]
-    # per temperature: pairs 0 and 1 ride on the two chains (their partner costs 1 row per open step), pair 2 is
-    # an extra pair (2 rows per open step); pairs stopped as hopeless cost nothing after they stopped, so the
-    # loop's rows are at most this and at least the chains' own
-    bound = 4 * 6 + sum(t * (2 if k % 3 == 2 else 1) for k, t in enumerate(open_steps))
-    assert 4 * 6 < phases["chains and pairs"]["forward_rows"] <= bound
-    assert report["mixing"]["forward_rows"] == phases["chains and pairs"]["forward_rows"] - 4 * 6
+    # the plan prices a step at the batch it starts with: both chains of each temperature's 3 pairs, the chains being
+    # the first chains of pairs 0 and 1 (planned_rows), not at the chains' 4 rows
+    assert report["cost"]["bare_forward_shape"] == [2 * 2 * 3, 124]
+    # exact: a pair costs 2 rows for every step it is open (its meeting time, or 6 where censored); a chain whose
+    # pair met or stopped moves on alone, 1 row a step, to the 6 steps of the run
+    loop = 0
+    for row in report["mixing"]["by_temperature"]:
+        times = [int(t) for t in row["meeting_times"]]
+        loop += 2 * sum(times) + sum(6 - t for t in times[:2])
+    assert phases["chains and pairs"]["forward_rows"] == loop
+    assert report["mixing"]["forward_rows"] == sum(2 * int(t) for row in report["mixing"]["by_temperature"]
+                                                   for t in row["meeting_times"])
     assert phases["semantics"]["forward_rows"] > 0  # hidden-state forwards are counted too
 
 

@@ -46,26 +46,3 @@ def test_cli_report_and_callback_metrics_agree_on_the_same_data():
     assert report["mixing"]["budget"] == 4 and 0 <= report["mixing"]["censored_fraction"] <= 1
 
 
-def test_run_stops_every_pair_at_a_witness_temperature_at_the_witness_step():
-    # At the witness temperature (tau = 1) the 3 coupled pairs and the 2 added (witness_pairs 5) stop at step 10,
-    # censored there (budget 10); at tau = 2 the pairs run to the budget of 30. Per-temperature counts are read in
-    # the order of witness_temperatures; a count list of another length is refused naming the key.
-    pytest.importorskip("antiberty")
-    from mlm_dynamics.experiments.config import ConfigError
-
-    overrides = ["model.num_layers=1", "chains.num_chains=2", "temperatures=[1.0, 2.0]", "run.num_steps=30",
-                 "coupling.num_pairs=3", "coupling.max_steps=30", "coupling.witness_steps=10",
-                 "rectangle.enabled=false", "margins.enabled=false", "influence.enabled=false",
-                 "semantics.enabled=false"]
-    config = load_config(RunConfig, "antiberty-default", [*overrides, "coupling.witness_temperatures=[1.0, 4.0]",
-                                                            "coupling.witness_pairs=[5, 7]"])
-    assert [config.coupling.witness_pairs_at(t) for t in (1.0, 2.0, 4.0)] == [5, 0, 7]
-    result = run_chains(config)
-    assert result.coupling is not None
-    cold, warm = result.coupling.times[1.0], result.coupling.times[2.0]
-    assert cold.budget == 10 and bool((cold.times <= 10).all()) and warm.budget == 30
-    rows = {row["temperature"]: row for row in run_report(result)["mixing"]["by_temperature"]}
-    assert (rows[1.0]["witness_pairs"], rows[1.0]["budget"], rows[2.0]["witness_pairs"], rows[2.0]["budget"]) == \
-        (5, 10, 3, 30)
-    with pytest.raises(ConfigError, match=r"coupling\.witness_pairs"):
-        load_config(RunConfig, "antiberty-default", [*overrides, "coupling.witness_pairs=[5, 7, 9]"])

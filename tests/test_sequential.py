@@ -129,13 +129,16 @@ def test_forgotten_by_reads_the_look_boundary():
 
 
 def test_the_price_of_a_cell_in_closed_form():
-    """From look 1 (12 pairs) with every pair told apart the next look decides for sure: 3 more pairs, chance 1.
-    With pairs told apart at rate q and no ties or reversals left to come, the chance to be decided by look k is
-    the binomial probability that the statistic reaches the threshold."""
+    """From look 1 (12 pairs) one short of its threshold, with every pair to come told apart, the first later look
+    whose threshold the statistic reaches decides for sure: its pairs are the expected further pairs, chance 1 there
+    and 0 before. With pairs told apart at rate q and ties otherwise, the chance to be decided by the next look is
+    the binomial probability that the statistic reaches its threshold."""
     looks = Looks((12, 15, 18, 22, 28, 36))
     s = looks.slow_thresholds(0.5)
     extra, chances = continuation(looks, 0, (1.0, 0.0, 0.0), s[0] - 1, side="slow", value=0.5)
-    assert extra == pytest.approx(3) and chances[0] == pytest.approx(1)
+    first = next(k for k in range(1, 6) if s[0] - 1 + looks.pairs[k] - 12 >= s[k])
+    assert extra == pytest.approx(looks.pairs[first] - 12)
+    assert chances[first - 1] == pytest.approx(1) and all(c == 0 for c in chances[:first - 1])
     q = 0.9  # D = 1 with q, a tie otherwise; start from a statistic of 10 at look 1 (2 ties)
     _, chances = continuation(looks, 0, (q, 1 - q, 0.0), 10, side="slow", value=0.5)
     need = s[1] - 10  # separated among the 3 new pairs

@@ -279,7 +279,7 @@ def _run_job(args: argparse.Namespace, config: Any) -> str | None:
     """Run the job, write its report; the printed summary (``None`` on a cluster rank that does not merge)."""
     if args.command == "run":
         result = run_chains(config, args.out, resume=args.resume, budget=args.budget,
-                            ledger=CostLedger(args.started))
+                            ledger=CostLedger(args.started), progress_bar=not args.quiet)
         report = write_run_report(result, args.out)
         _raise_if_interrupted(result.stopped, args.out)
         return f"{run_summary(result)}\n{report['cost']['line']}"

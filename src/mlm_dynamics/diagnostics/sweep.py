@@ -49,6 +49,9 @@ class SweepCell:
         survival, by_kind: censoring-aware summaries of all pairs and of each start kind present.
         bracket: both sides of ``t_mix(1/4)`` from the natural-random pairs (:func:`~.bracket.mixing_bracket`):
             certified slow by the witness, certified fast by their meeting times, or undecided.
+        looks: the natural-random pairs at each planned look of a sequential design (None: a fixed design);
+            ``needs``: what the design's planner priced for an undecided cell; ``rows``: the forward rows the
+            cell's pairs spent.
     """
 
     temperature: float
@@ -67,6 +70,9 @@ class SweepCell:
     survival: SurvivalSummary | None = None
     by_kind: dict[str, SurvivalSummary] = field(default_factory=dict)
     bracket: MixingBracket | None = None
+    looks: tuple[int, ...] | None = None
+    needs: str | None = None
+    rows: int = 0
 
     def summarise(self, confidence: float = DEFAULT_CONFIDENCE) -> None:
         """Fill :attr:`survival`, :attr:`by_kind` (intervals at ``confidence``) and :attr:`bracket`."""
@@ -76,7 +82,8 @@ class SweepCell:
         self.by_kind = {name: summarise_survival(times[self.kinds == k], censored[self.kinds == k], budget,
                                                  confidence=confidence)
                         for k, name in enumerate(START_KINDS) if (self.kinds == k).any()}
-        self.bracket = mixing_bracket(self.start_pairs, None if self.witness is None else self.witness.bound())
+        self.bracket = mixing_bracket(self.start_pairs, None if self.witness is None else self.witness.bound(),
+                                      looks=self.looks, needs=self.needs)
 
     @property
     def start_pairs(self) -> MeetingTimes:
@@ -96,7 +103,8 @@ class SweepCell:
                 "lagged": None if self.lagged is None else times(self.lagged), "drift_curve": list(self.drift_curve),
                 "coupling_trace": self.coupling_trace, "trace_every": self.trace_every,
                 "draws": [dict(draw) for draw in self.draws],
-                "witness": None if self.witness is None else self.witness.state_dict()}
+                "witness": None if self.witness is None else self.witness.state_dict(),
+                "looks": None if self.looks is None else list(self.looks), "needs": self.needs, "rows": self.rows}
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> SweepCell:
@@ -108,7 +116,9 @@ class SweepCell:
                    lagged=None if state["lagged"] is None else MeetingTimes(**state["lagged"]),
                    drift_curve=list(state["drift_curve"]), coupling_trace=state.get("coupling_trace"),
                    trace_every=int(state.get("trace_every", 1)), draws=list(state.get("draws", [])),
-                   witness=None if state.get("witness") is None else PairedWitness(**state["witness"]))
+                   witness=None if state.get("witness") is None else PairedWitness(**state["witness"]),
+                   looks=None if state.get("looks") is None else tuple(state["looks"]), needs=state.get("needs"),
+                   rows=int(state.get("rows", 0)))
 
     @property
     def n_log_n(self) -> float:
@@ -139,7 +149,8 @@ class SweepCell:
         if self.bracket is not None:
             sides = self.bracket.summary()
             out.update({"mixing_time_exceeds": sides["mixing_time_exceeds"], "forgotten_by": sides["forgotten_by"],
-                        "witness_horizon": sides["horizon"]})
+                        "witness_horizon": sides["horizon"], "pairs": sides["pairs"], "look": sides["look"]})
+        out["rows"] = float(self.rows)
         if self.witness is not None:
             lower = self.witness.bound()
             out.update({"tv_lower": float(lower.tv_lower[-1]), "d_lower": float(lower.d_lower[-1]),

@@ -150,29 +150,26 @@ class StepsConfig:
 
 @dataclass
 class CouplingConfig:
-    """Maximally coupled pairs (a chain's start vs random tokens on the sites) followed for ``max_steps``, at most
-    ``run.num_steps`` (the chains' loop serves them, each pair's first chain one of the run's chains where its
-    temperature has enough; a larger value is cut to it, with a note): ``num_pairs`` at each temperature of the run's
-    ladder; met pairs leave the batch.
+    """Maximally coupled pairs (the first start sequence vs uniformly random tokens on the sites) at each temperature
+    of the run's ladder, each followed until it meets or for ``max_steps`` of its own steps; met pairs leave the
+    batch, and the chains of the run are the first pairs' first chains.
 
-    The certified slow side rides on the same pairs: at step ``witness_steps`` (None: half of ``max_steps``; 0: no
-    test) each temperature's pairs are tested, paired (:mod:`~mlm_dynamics.diagnostics.witness`: a met pair counts
-    0), with the learned witness fitted on the other temperatures' unmet pairs at that step, certifying
-    ``t_mix(1/4) > witness_steps`` at 95 % where it separates them. The test must come before the pairs that can no
-    longer meet are stopped: a later step is cut to the pairs' budget less the sites, with a note. At
-    ``witness_temperatures`` (those of the ladder; others are named in a note) further pairs from the first start
-    join until ``witness_pairs`` are tested there (one number for all, or one per witness temperature in its order;
-    11 is the least that can certify, and only if every pair is told apart; 12 certifies with one tie, 18 with
-    three), followed ``witness_steps`` steps only and left out of the meeting times; the coupled pairs there stop at
-    the witness step too (their meeting times censored there: beyond it they would only say that the coupling is
-    slow, which the certificate answers)."""
+    Both sides of mixing are decided per temperature on the same pairs (:mod:`~mlm_dynamics.experiments.design`):
+    slow where the learned witness, fitted on the other temperatures' first-round pairs, tells the two chains of the
+    tested pairs apart at step ``witness_steps`` (None: half of ``max_steps``; 0: no test), certifying
+    ``t_mix(1/4) > witness_steps``; fast where the pairs' meeting times certify ``TV <= 1/4`` from the two starts.
+    ``num_pairs`` start at each temperature; with ``looks`` (the sequential design) a temperature whose look failed
+    on both sides gets pairs up to the next count of ``looks``, cheapest to decide first, while the pairs and chains
+    have spent fewer than ``max_rows`` forward rows; each side keeps its 95 % through the looks (group-sequential
+    boundaries). A decided temperature's pairs stop; pairs whose slow side is the cheaper to decide stop at the
+    witness step."""
 
     enabled: bool = True
     num_pairs: int = 4
     max_steps: int = 200
     witness_steps: int | None = None
-    witness_temperatures: list[float] = field(default_factory=list)
-    witness_pairs: list[int] = field(default_factory=lambda: [12])
+    looks: list[int] = field(default_factory=list)
+    max_rows: int | None = None
 
     def validate(self, key: str = "coupling") -> None:
         """Raise :class:`ConfigError` naming ``{key}.<field>`` for the first value that is out of range."""
@@ -180,22 +177,19 @@ class CouplingConfig:
         require(self.max_steps >= 1, f"{key}.max_steps", "be >= 1", self.max_steps)
         require(self.witness_steps is None or self.witness_steps >= 0, f"{key}.witness_steps", "be None or >= 0",
                 self.witness_steps)
-        counts_fit = len(self.witness_pairs) in {1, len(self.witness_temperatures)}
-        require(counts_fit and min(self.witness_pairs, default=0) >= 2,
-                f"{key}.witness_pairs", "be one count >= 2, or one per witness temperature", self.witness_pairs)
+        require(all(isinstance(n, int) for n in self.looks) and self.looks == sorted(set(self.looks)) and
+                (not self.looks or self.looks[0] > self.num_pairs), f"{key}.looks",
+                f"be increasing pair counts above coupling.num_pairs ({self.num_pairs}), the first round", self.looks)
+        require(self.max_rows is None or self.max_rows >= 1, f"{key}.max_rows", "be >= 1 or null", self.max_rows)
+        require(self.max_rows is None or bool(self.looks), f"{key}.max_rows",
+                "be null without coupling.looks (a fixed design has no rounds to cap)", self.max_rows)
+        require(not self.looks or self.witness_step >= 1, f"{key}.witness_steps",
+                "be >= 1 with coupling.looks (the sequential design tests the slow side there)", self.witness_steps)
 
     @property
     def witness_step(self) -> int:
-        """The step of the witness test (0: none)."""
-        return self.max_steps // 2 if self.witness_steps is None else self.witness_steps
-
-    def witness_pairs_at(self, temperature: float) -> int:
-        """The pairs tested at ``temperature`` (0 where it is not a witness temperature)."""
-        if temperature not in self.witness_temperatures:
-            return 0
-        counts = self.witness_pairs * len(self.witness_temperatures) if len(self.witness_pairs) == 1 else \
-            self.witness_pairs
-        return counts[self.witness_temperatures.index(temperature)]
+        """The step of the witness test (0: none), at most ``max_steps`` (a later one is cut to it, with a note)."""
+        return self.max_steps // 2 if self.witness_steps is None else min(self.witness_steps, self.max_steps)
 
 
 @dataclass
@@ -297,7 +291,10 @@ class RunConfig:
     JOB: ClassVar[str] = "run"
     MOVED: ClassVar[dict[str, str]] = dict.fromkeys(
         ("sampler.temperature", "chains.temperatures", "coupling.temperatures", "influence.temperatures"),
-        "the top-level `temperatures`, the run's one ladder (e.g. `temperatures: [0.5, 1.0]`)")
+        "the top-level `temperatures`, the run's one ladder (e.g. `temperatures: [0.5, 1.0]`)") | dict.fromkeys(
+        ("coupling.witness_temperatures", "coupling.witness_pairs"),
+        "`coupling.looks`: the sequential design tests every temperature and adds pairs where it is undecided "
+        "(e.g. `looks: [15, 18, 22, 28, 36]`)")
 
     temperatures: list[float] = field(default_factory=lambda: [1.0])
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -342,10 +339,8 @@ class RunConfig:
         """What a resumed run must share with its checkpoint: everything but the budgets and the report sections."""
         data = to_dict(self)
         return {key: data[key] for key in ("temperatures", "model", "chains", "sampler", "semantics")} | {
-            "record_every": self.run.record_every, "coupled_pairs": self.coupling.num_pairs
-            if self.coupling.enabled else 0} | ({"witness": [self.coupling.witness_step, self.coupling.witness_pairs,
-                                                             self.coupling.witness_temperatures]}
-                                                if self.coupling.enabled and self.coupling.witness_step else {})
+            "record_every": self.run.record_every,
+            "coupling": to_dict(self.coupling) if self.coupling.enabled else None}
 
 
 TOY_SOURCES = ("ising", "potts", "curie-weiss")
@@ -385,7 +380,15 @@ class GridConfig:
     each of ``witness_steps`` below it, the learned witness fitted on the odd-numbered of those pairs is
     tested, paired, on the even-numbered ones (:mod:`~mlm_dynamics.diagnostics.witness`; a met pair counts 0),
     certifying ``t_mix(1/4) > t`` at 95 % where it separates them. Each horizon shares the level (Bonferroni); a
-    cell needs about 44 pairs (11 tested) to certify at one horizon. No forward rows beyond the pairs'."""
+    cell needs about 44 pairs (11 tested) to certify at one horizon. No forward rows beyond the pairs'.
+
+    With ``looks`` (the sequential design, :mod:`~mlm_dynamics.experiments.design`) ``pairs`` is the first round and
+    each cell gets further rounds only while undecided, up to ``looks`` natural-random pairs in all at each later
+    look (``starts`` must then be ``[natural-random]``): both sides are tested at every look (group-sequential, each at
+    95 %), a decided cell's pairs stop, and the undecided ones get their next round in order of their expected cost
+    while ``max_rows`` forward rows allow. The slow side is tested at ``witness_steps`` only (the budget then is the
+    fast side's horizon), its witness fitted on the first ``learn_pairs`` odd-numbered natural-random pairs (default:
+    half the first round); ``max_steps`` is how long a pair is followed."""
 
     temperatures: list[float] = field(default_factory=lambda: [0.5, 1.0, 2.0, 4.0])
     lengths: list[int] = field(default_factory=lambda: [4, 8, 16])
@@ -394,6 +397,15 @@ class GridConfig:
     starts: list[str] = field(default_factory=lambda: list(START_KINDS))
     seed: int = 0
     witness_steps: list[int] = field(default_factory=list)
+    looks: list[int] = field(default_factory=list)
+    learn_pairs: int | None = None
+    max_rows: int | None = None
+
+    @property
+    def learn(self) -> int:
+        """The natural-random pairs of the first round that fit each cell's witness."""
+        natural = sum(1 for k in range(self.pairs) if self.starts[k % len(self.starts)] == "natural-random")
+        return natural // 2 if self.learn_pairs is None else self.learn_pairs
 
     def validate(self, key: str = "grid") -> None:
         """Raise :class:`ConfigError` naming ``{key}.<field>`` for the first value that is out of range."""
@@ -410,6 +422,23 @@ class GridConfig:
         require(all(isinstance(t, int) and t >= 1 for t in self.witness_steps) and
                 self.witness_steps == sorted(set(self.witness_steps)), f"{key}.witness_steps",
                 "be increasing steps >= 1 (the budget is always tested)", self.witness_steps)
+        require(self.learn_pairs is None or self.learn_pairs >= 0, f"{key}.learn_pairs", "be >= 0 or null",
+                self.learn_pairs)
+        require(self.max_rows is None or self.max_rows >= 1, f"{key}.max_rows", "be >= 1 or null", self.max_rows)
+        if self.looks:
+            require(self.starts == ["natural-random"], f"{key}.starts",
+                    "be [natural-random] with grid.looks (the sequential design tests those pairs)", self.starts)
+            require(all(isinstance(n, int) for n in self.looks) and self.looks == sorted(set(self.looks)) and
+                    self.looks[0] > self.pairs, f"{key}.looks",
+                    f"be increasing pair counts above grid.pairs ({self.pairs}), the first round", self.looks)
+            require(bool(self.witness_steps) and max(self.witness_steps) <= self.max_steps, f"{key}.witness_steps",
+                    "name the slow side's horizons (at most grid.max_steps) with grid.looks", self.witness_steps)
+            require(2 * self.learn <= self.pairs, f"{key}.learn_pairs",
+                    f"be at most half the first round's {self.pairs} pairs (the odd-numbered ones learn)",
+                    self.learn_pairs)
+        elif self.max_rows is not None:
+            require(False, f"{key}.max_rows", "be null without grid.looks (a fixed design has no rounds to cap)",
+                    self.max_rows)
 
 
 @dataclass

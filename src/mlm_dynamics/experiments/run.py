@@ -26,22 +26,24 @@ from ..diagnostics.bracket import MixingBracket, mixing_bracket
 from ..diagnostics.claims import ClaimsReport, Evidence, assess_claims
 from ..diagnostics.influence import InfluenceEstimate, estimate_influence
 from ..diagnostics.margins import LocalMargins, local_margins
-from ..diagnostics.meeting import MeetingTimes, meeting_times_of
+from ..diagnostics.meeting import MeetingTimes
 from ..diagnostics.parallel import ConfidenceProfile, confidence_profile, random_window
 from ..diagnostics.rectangle import RectangleReport, sample_rectangles
-from ..diagnostics.witness import MixingLowerBound, learned_witness, witness_bound
+from ..diagnostics.witness import MixingLowerBound
 from ..embedders.base import HiddenStateEmbedder, cosine_distance
 from ..models.base import Denoiser, OutOfTime, forward_deadline
 from ..models.cost import CostLedger
 from ..models.huggingface import MaskedLMDenoiser
-from ..sampling.coupling import CoupledGlauberChains, CoupledState, randomize_sites, resampled_mask
-from ..sampling.glauber import ChainState, GlauberSampler
+from ..sampling.coupling import CoupledState, resampled_mask
+from ..sampling.glauber import ChainState, StepRecord
+from ..sampling.grid import GridCell, pair_grid
 from ..tracking.drift import random_fill_distances, random_fill_scale
 from ..tracking.monitor import ChainMonitor
 from ..tracking.traps import TrapEvent, TrapTracker, trap_statistics
 from .checkpoint import fingerprint, load_checkpoint, restoring, save_checkpoint
 from .common import Codec, build_model, crop_context, job_deadline, provenance, start_tokens, window_sites
 from .config import ConfigError, RunConfig, to_dict
+from .design import DesignPlan, SequentialDesign
 
 SectionT = TypeVar("SectionT")
 
@@ -49,10 +51,10 @@ SectionT = TypeVar("SectionT")
 class CouplingResult:
     """Meeting times of maximally coupled pairs (start sequence vs random tokens) per temperature of the ladder, and
     the pairs' Hamming distances at the start and at the end (0 once met); ``seconds`` of the loop that served them
-    with the chains, ``rows`` the forward rows spent on the pairs beyond the chains' own. ``lower``: the paired
-    witness bound per temperature at ``coupling.witness_steps`` (the certified slow side; the learned witness
-    fitted on the other temperatures' pairs); ``witness_rows``: the
-    forward rows of the pairs added for it alone, per temperature (part of ``rows``)."""
+    with the chains, ``rows`` the forward rows spent on the pairs (both chains while a pair runs). ``lower``: the
+    paired witness bound per temperature at ``coupling.witness_steps`` (the certified slow side; the learned witness
+    fitted on the other temperatures' first-round pairs); ``decided``: both sides per temperature as the design
+    decided them (:class:`~.design.SequentialDesign`); ``rows_by_temperature``: the pairs' rows per temperature."""
 
     times: dict[float, MeetingTimes]
     hamming_start: list[int]
@@ -60,11 +62,14 @@ class CouplingResult:
     seconds: float
     rows: int = 0
     lower: dict[float, MixingLowerBound] = field(default_factory=dict)
-    witness_rows: dict[float, int] = field(default_factory=dict)
+    decided: dict[float, MixingBracket] = field(default_factory=dict)
+    rows_by_temperature: dict[float, int] = field(default_factory=dict)
 
     def brackets(self) -> dict[float, MixingBracket]:
-        """Both sides per temperature (:func:`~mlm_dynamics.diagnostics.bracket.mixing_bracket`)."""
-        return {tau: mixing_bracket(times, self.lower.get(tau)) for tau, times in self.times.items()}
+        """Both sides per temperature (:func:`~mlm_dynamics.diagnostics.bracket.mixing_bracket` at the look the
+        design reached)."""
+        return {tau: self.decided.get(tau) or mixing_bracket(times, self.lower.get(tau))
+                for tau, times in self.times.items()}
 
 
 @dataclass
@@ -129,14 +134,16 @@ class ChainRunResult:
 
 
 def run_chains(config: RunConfig, out_dir: Path | None = None, *, resume: bool = False,
-               budget: float | None = None, ledger: CostLedger | None = None) -> ChainRunResult:
+               budget: float | None = None, ledger: CostLedger | None = None,
+               progress_bar: bool = False) -> ChainRunResult:
     """Run the job described by ``config`` (validated); checkpoints go to ``out_dir/checkpoint.pt``.
 
-    The plan, served by one loop: every step is one forward pass over the rows still live -- the chains, and the
-    coupled pairs' partner chains until they meet (each pair's ``x`` is one of the chains where the temperature has
-    enough of them), with pairs that can no longer meet within ``coupling.max_steps`` stopped exactly
-    (:meth:`~mlm_dynamics.sampling.coupling.CoupledGlauberChains.stop_hopeless`) --, then the sections that read the
-    final states (rectangles, margins, influence). Every phase is charged to :attr:`ChainRunResult.cost`.
+    The plan, served by one loop: every step is one forward pass over the rows still live -- the coupled pairs of
+    every temperature while they run (rounds of the sequential design, :mod:`~.design`: a decided temperature's pairs
+    stop, an undecided one's get more within ``coupling.max_rows``), the chains (the first pairs' natural-start
+    chains) up to ``run.num_steps`` --, then the sections that read the chains' final states (rectangles, margins,
+    influence) and a progress bar on a terminal (``progress_bar``). Every phase is charged to
+    :attr:`ChainRunResult.cost`.
 
     ``budget``: seconds for the whole job (model load included, counted from ``ledger``'s start: pass one made at
     the process start to count the imports too); the loop stops at the deadline (the chains end at
@@ -144,9 +151,9 @@ def run_chains(config: RunConfig, out_dir: Path | None = None, *, resume: bool =
     so in :attr:`ChainRunResult.stopped` and its notes. Ctrl-C does the same (``stopped`` starts with
     ``interrupted``), so a report of what was measured can still be written.
 
-    With ``resume=True`` the chains, their RNG and the report's accumulators continue from the checkpoint, which
-    must come from the same model, chains and sampler config and the same start state (verified), up to
-    ``run.num_steps``; the result is bit-identical to an uninterrupted run.
+    With ``resume=True`` the chains, the pairs, the design and the report's accumulators continue from the
+    checkpoint, which must come from the same model, chains, sampler and coupling config and the same start state
+    (verified); the result is bit-identical to an uninterrupted run.
     """
     config.validate()
     if resume and out_dir is None:
@@ -176,7 +183,6 @@ def run_chains(config: RunConfig, out_dir: Path | None = None, *, resume: bool =
         notes += planned
     plan = _Plan(config, denoiser, tokens, sites)
     notes += plan.notes
-    chains = plan.chains
     state = plan.state
     num_chains = tokens.shape[0]
     start = tokens.clone()
@@ -192,13 +198,12 @@ def run_chains(config: RunConfig, out_dir: Path | None = None, *, resume: bool =
         assert checkpoint_path is not None and out_dir is not None
         saved, saved_step = load_checkpoint(checkpoint_path, fingerprints=fingerprints, map_location=tokens.device)
         ledger.scope = f"this process only: resumed from the checkpoint at step {saved_step}"
-        if saved_step > num_steps:
+        if saved_step > num_steps and not config.coupling.enabled:
             raise ConfigError(f"run.num_steps: {num_steps} is below step {saved_step}, where the checkpoint "
                               f"{checkpoint_path} stopped; resume with run.num_steps >= {saved_step}")
         with restoring(checkpoint_path):
-            state, progress = CoupledState.from_state_dict(saved["pairs"], tokens.device), saved["progress"]
-            plan.state = state
-            plan.load_witness_state(progress.get("witness"))
+            plan.load_state_dict(saved["plan"])
+            state, progress = plan.state, saved["progress"]
             trajectory.resume(int(progress["trajectory_bytes"]))
             if watch is not None:
                 watch.resume(progress["semantics"], out_dir / "semantics.bin")
@@ -209,35 +214,39 @@ def run_chains(config: RunConfig, out_dir: Path | None = None, *, resume: bool =
 
     first_step = state.x.step
     stopped: str | None = None
+    bar = _progress(plan, progress_bar)
     with ledger.phase("chains and pairs"):
         try:
             with forward_deadline(deadline - time.perf_counter()):
                 while plan.live():
-                    record = chains.step_record(state)
+                    record = plan.step()
                     step = record.step
-                    moved = record.new_tokens[:num_chains] != record.old_tokens[:num_chains]
-                    progress["changed_steps"] += moved.any(1).float()
-                    progress["log_prob_sum"] += float(record.log_prob[:num_chains].mean())
-                    progress["changes"] += ((sites[:, :, None] == record.positions[:num_chains, None, :])
-                                            & moved[:, None, :]).any(2)
-                    if step % record_every == 0:
-                        trajectory.add(_trajectory_rows(step, state.x.tokens[:num_chains], start, codec))
-                    if watch is not None:
-                        watch.observe(plan.chain_view())
-                    plan.after_step()
-                    if every and checkpoint_path is not None and (step % every == 0 or step == num_steps):
+                    if step <= num_steps:
+                        rows = plan.chain_rows
+                        moved = record.new_tokens[rows] != record.old_tokens[rows]
+                        progress["changed_steps"] += moved.any(1).float()
+                        progress["log_prob_sum"] += float(record.log_prob[rows].mean())
+                        progress["changes"] += ((sites[:, :, None] == record.positions[rows, None, :])
+                                                & moved[:, None, :]).any(2)
+                        if step % record_every == 0:
+                            trajectory.add(_trajectory_rows(step, plan.chain_tokens(), start, codec))
+                        if watch is not None:
+                            watch.observe(plan.chain_view())
+                    bar(step)
+                    if every and checkpoint_path is not None and (step % every == 0 or not plan.live()):
                         progress["trajectory_bytes"] = trajectory.sync()  # the records hold what the checkpoint holds
                         if watch is not None:
                             progress["semantics"] = watch.state_dict()
-                        progress["witness"] = plan.witness_state()
-                        save_checkpoint(checkpoint_path, {"pairs": state.state_dict(), "progress": progress},
+                        save_checkpoint(checkpoint_path, {"plan": plan.state_dict(), "progress": progress},
                                         fingerprints=fingerprints, step=step)
         except OutOfTime:
             stopped = f"budget: the {budget:g} s ran out at step {state.x.step}"
         except KeyboardInterrupt:
             stopped = f"interrupted at step {state.x.step}"
-    steps_done = state.x.step
-    final = state.x.tokens[:num_chains].clone()
+        finally:
+            bar(None)
+    steps_done = min(state.x.step, num_steps)
+    final = plan.chain_tokens().clone()
     if stopped is not None:
         state.stop(state.open)  # the open pairs are censored at the step reached
         notes.append(f"stopped early ({stopped}): the chains ran {steps_done} of {num_steps} steps, open coupled "
@@ -260,6 +269,7 @@ def run_chains(config: RunConfig, out_dir: Path | None = None, *, resume: bool =
         "num_chains": num_chains, "num_sites": sites.shape[1], "num_steps": steps_done,
         "by_temperature": by_temperature,
         "steps_per_second": round((state.x.step - first_step) / max(chain_seconds, 1e-9), 3),
+        "loop_steps": state.x.step,
         "change_rate": float(progress["changed_steps"].mean() / max(steps_done, 1)),
         "mean_log_prob_of_proposal": progress["log_prob_sum"] / max(steps_done, 1),
         "hamming_to_start_mean": float(hamming.mean()), "hamming_to_start_max": int(hamming.max()),
@@ -307,16 +317,15 @@ REPORT_FORWARDS = 15  # the report and its figures, in bare forwards of the defa
 
 
 def planned_rows(config: RunConfig, num_sites: int) -> tuple[int, int]:
-    """``(per_step, after)``: the forward rows of one step of the loop at its start (every chain, the partner of
-    each paired chain and both chains of each extra pair and of each pair added for the witness test, before any
-    meets) and of the sections after it (margins at the start and the end, rectangles, influence, the semantics'
-    reference fillings and observations), from the config alone. Both are upper bounds of what the run spends."""
+    """``(per_step, after)``: the forward rows of one step of the loop at its start (both chains of every first-round
+    pair, the chains among them, and the chains that ride unpaired) and of the sections after it (margins at the start
+    and the end, rectangles, influence, the semantics' reference fillings and observations), from the config alone.
+    ``after`` is an upper bound of what the sections spend; later rounds of the sequential design add to the loop
+    (at most ``coupling.max_rows`` in all)."""
     chains, ladder = config.chains.num_chains, len(config.temperatures)
     pairs = config.coupling.num_pairs if config.coupling.enabled else 0
     per_temperature = chains // ladder
-    per_step = chains + ladder * (min(pairs, per_temperature) + 2 * max(pairs - per_temperature, 0))
-    if config.coupling.enabled and config.coupling.witness_step:  # the pairs added for the witness test
-        per_step += 2 * sum(max(config.coupling.witness_pairs_at(tau) - pairs, 0) for tau in config.temperatures)
+    per_step = ladder * (2 * pairs + max(per_temperature - pairs, 0))
     rectangle = config.rectangle
     after = ((1 + chains) * num_sites if config.margins.enabled else 0)
     after += chains * rectangle.pairs_per_context * (2 * rectangle.num_tokens + 2) if rectangle.enabled else 0
@@ -380,149 +389,129 @@ class _Sections:
 
 
 class _Plan:
-    """The run's rows as one :class:`~mlm_dynamics.sampling.coupling.CoupledState`: rows ``[0, C)`` are the chains
-    (each the ``x`` of a coupled pair where its temperature still needs pairs, its partner a uniformly random filling
-    of the sites; else a partner equal to it, which costs nothing), rows ``[C, C + E)`` extra pairs from the first
-    start sequence where a temperature has fewer chains than ``coupling.num_pairs``. Chains move on after their pair
-    met until ``run.num_steps``; extra pairs leave the batch when they meet; open pairs stop exactly when they can no
-    longer meet within ``coupling.max_steps``, and are censored there. Rows after those: the pairs added for the
-    witness test at ``coupling.witness_temperatures``, frozen when met and stopped at the witness step, left out of
-    the meeting times; the coupled pairs at those temperatures stop there too, censored at it. What a step serves
-    depends on the step and the state only, so a run resumed to a larger ``run.num_steps`` is the longer run, bit
-    for bit."""
+    """The run's rows, one batch and one forward a step: the coupled pairs of every temperature of the ladder (a
+    :class:`~mlm_dynamics.sampling.grid.PairGrid` whose cells draw independent streams, so that a witness fitted on
+    one temperature's pairs may be tested on another's), planned by a :class:`~.design.SequentialDesign` (rounds up
+    to ``coupling.looks``, stopped where decided, within ``coupling.max_rows``); the chains are the ``x`` of each
+    temperature's first pairs from the first start sequence, which move on alone after their pair met or stopped,
+    until ``run.num_steps``, and chains from other start sequences ride along unpaired. A pair runs on its own clock,
+    so a run resumed from a checkpoint is the same run, bit for bit."""
 
     def __init__(self, config: RunConfig, denoiser: Denoiser, tokens: Tensor, sites: Tensor) -> None:
         self.config = config
-        temperatures = config.per_chain_temperatures()
-        num_chains = tokens.shape[0]
-        pairs = config.coupling.num_pairs if config.coupling.enabled else 0
-        paired, extra_temperatures = [], []
-        for tau in config.temperatures:
-            rows = [c for c, t in enumerate(temperatures) if t == tau]
-            paired += rows[:pairs]
-            extra_temperatures += [tau] * max(pairs - len(rows), 0)
-        spec = config.coupling
-        budget, num_sites = min(spec.max_steps, config.run.num_steps), sites.shape[1]
-        self.witness_step = max(min(spec.witness_step, budget - num_sites), 0) if spec.enabled else 0
         self.notes: list[str] = []
-        if spec.enabled and spec.witness_steps is not None and self.witness_step < spec.witness_steps:
-            self.notes.append(f"coupling.witness_steps {spec.witness_steps} cut to {self.witness_step}: the test "
-                              f"must come {num_sites} steps (the sites) before the pairs' budget {budget}, where "
-                              "pairs that can no longer meet stop" + ("" if self.witness_step else " (no test)"))
-        off_ladder = sorted(set(spec.witness_temperatures) - set(config.temperatures))
-        if spec.enabled and off_ladder:
-            self.notes.append(f"coupling.witness_temperatures {off_ladder} are not on the ladder "
-                              f"{config.temperatures}: no pairs added there")
-        witness_temperatures = [tau for tau in config.temperatures
-                                for _ in range(max(spec.witness_pairs_at(tau) - pairs, 0))] if self.witness_step else []
-        extra = len(extra_temperatures)
-        x0 = torch.cat([tokens, tokens[:1].expand(extra + len(witness_temperatures), -1)])
-        row_sites = torch.cat([sites, sites[:1].expand(extra + len(witness_temperatures), -1)])
-        measured = torch.zeros(len(x0), dtype=torch.bool, device=tokens.device)
-        measured[paired] = True
-        measured[num_chains:num_chains + extra] = True
-        self.witness_only = torch.zeros_like(measured)
-        self.witness_only[num_chains + extra:] = True
-        row_temperatures = temperatures + extra_temperatures + witness_temperatures
-        at_witness = torch.tensor([tau in spec.witness_temperatures for tau in row_temperatures], dtype=torch.bool,
-                                  device=tokens.device)
-        self.stop_at_witness = (measured | self.witness_only) & at_witness if self.witness_step else \
-            torch.zeros_like(measured)
-        generator = as_generator(config.chains.seed, "coupling", device=tokens.device)
-        filled = randomize_sites(denoiser, x0, row_sites, generator)
-        y0 = torch.where((measured | self.witness_only)[:, None], filled, x0)
-        ladder = torch.tensor(temperatures + extra_temperatures + witness_temperatures, dtype=torch.float64)
-        sampler = GlauberSampler(denoiser, ladder, **to_dict(config.sampler))
-        self.chains = CoupledGlauberChains(sampler)
-        self.state = self.chains.init_state(x0, y0, generator=config.chains.seed, sites=row_sites)
-        self.state.freeze = torch.arange(len(x0), device=tokens.device) >= num_chains
-        self.measured, self.num_chains = measured, num_chains
-        self.row_temperatures = row_temperatures
-        self.hamming_start = (x0 != y0).sum(1)[measured].tolist()
-        self.witness_states: Tensor | None = None  # [2, rows, L] x and y at the witness step, once reached
-        self.witness_rows = torch.zeros(len(x0), dtype=torch.long)
-        self.budget = min(config.coupling.max_steps, config.run.num_steps)
-        if self.budget != config.coupling.max_steps and pairs:
-            self.notes.append(f"coupling.max_steps {config.coupling.max_steps} is above run.num_steps "
-                              f"{config.run.num_steps}: the pairs ride on the chains' steps and were followed for "
-                              f"{self.budget}")
+        spec = config.coupling
+        if not bool((sites == sites[:1]).all()):
+            raise ConfigError("chains.sequences: the start sequences must share their resampled positions (the "
+                              "window), as the chains of one temperature are compared")
+        temperatures = config.per_chain_temperatures()
+        cells = [GridCell(tau, tuple(int(i) for i in sites[0].tolist())) for tau in config.temperatures]
+        first = spec.num_pairs if spec.enabled else 0
+        looks = (first, *spec.looks) if spec.enabled else (0,)
+        capacity = max((first, *spec.looks)) if spec.enabled else 0
+        same = (tokens == tokens[:1]).all(1).tolist()
+        keep, rows, companion_cells = [0] * len(cells), [], []
+        companions: list[Tensor] = []
+        for chain, tau in enumerate(temperatures):
+            cell = config.temperatures.index(tau)
+            if same[chain] and keep[cell] < first:  # the x of the cell's next first-round pair
+                rows.append(cell * capacity + keep[cell])
+                keep[cell] += 1
+            else:
+                rows.append(len(cells) * capacity + len(companions))
+                companions.append(tokens[chain])
+                companion_cells.append(cell)
+        grid = pair_grid(denoiser, tokens[:1], cells, pairs=first, starts=["natural-random"], seed=config.chains.seed,
+                         capacity=capacity, common_random_numbers=False, keep_moving=keep,
+                         companions=torch.stack(companions) if companions else None, companion_cells=companion_cells,
+                         sampler=to_dict(config.sampler))
+        self.chain_rows = torch.tensor(rows, device=tokens.device)
+        self.starts = (grid.state.x.tokens.clone(), grid.state.y.clone())  # waiting pairs have not moved yet
+        horizon = spec.witness_step if spec.enabled else 0
+        if spec.enabled and spec.witness_steps is not None and spec.witness_steps > horizon:
+            self.notes.append(f"coupling.witness_steps {spec.witness_steps} cut to coupling.max_steps {horizon}: a "
+                              "pair is followed no further")
+        self.design = SequentialDesign(grid, DesignPlan(looks=looks, witness_steps=(horizon,)
+                                                        if horizon else (), max_steps=spec.max_steps,
+                                                        cross_fit=True, max_rows=spec.max_rows),
+                                       keep_rows=self._chain_rows_left)
+
+    @property
+    def state(self) -> CoupledState:
+        """The rows' state (pairs, chains and companions)."""
+        return self.design.grid.state
+
+    def _chain_rows_left(self) -> int:
+        """Rows the chains will still spend moving on alone, at most (reserved from the pairs' budget)."""
+        return max(self.config.run.num_steps - self.state.x.step, 0) * len(self.chain_rows)
+
+    def chain_tokens(self) -> Tensor:
+        """``[C, L]`` the chains' tokens now (a copy)."""
+        return self.state.x.tokens[self.chain_rows]
 
     def chain_view(self) -> ChainState:
-        """The chains (rows ``[0, C)``) as a :class:`ChainState` sharing the pairs' tensors."""
-        x, c = self.state.x, self.num_chains
-        return ChainState(tokens=x.tokens[:c], sites=x.sites[:c], generator=x.generator, step=x.step,
-                          counts=None if x.counts is None else x.counts[:c])
+        """The chains as a :class:`ChainState` (copies of their rows)."""
+        x, rows = self.state.x, self.chain_rows
+        return ChainState(tokens=x.tokens[rows], sites=x.sites[rows], generator=x.generator, step=x.step,
+                          counts=None if x.counts is None else x.counts[rows])
 
     def live(self) -> bool:
-        """Whether another step has rows to serve: the chains run ``run.num_steps`` (>= ``coupling.max_steps``)."""
-        return self.state.x.step < self.config.run.num_steps
+        """Whether another step has rows to serve: the chains up to ``run.num_steps``, the pairs while the design
+        runs them."""
+        return self.state.x.step < self.config.run.num_steps or self.design.live()
 
-    def after_step(self) -> None:
-        """At the witness step, record each pair's two chains (a met pair's ``y`` is its ``x``: they moved as one
-        since) and stop the pairs at the witness temperatures (the chains among their first chains move on); then
-        stop the open pairs that cannot meet within the pairs' budget, and at that budget every open pair."""
-        state = self.state
-        if self.config.coupling.enabled:
-            served = self.witness_only & (state.open | (state.met_at == state.x.step))
-            self.witness_rows += 2 * served.long().cpu()
-            if state.x.step == self.witness_step:
-                met = (state.met_at >= 0)[:, None]
-                self.witness_states = torch.stack([state.x.tokens, torch.where(met, state.x.tokens, state.y)]).cpu()
-                state.stop(self.stop_at_witness)
-            self.chains.stop_hopeless(state, self.budget)
-            if state.x.step >= self.budget:
-                state.stop(state.open)
+    def step(self) -> StepRecord:
+        """One forward over every live row; from ``run.num_steps`` on the chains stand still (a chain still in its
+        open pair moves on with it; a run resumed to more steps moves them again)."""
+        assert self.state.freeze is not None
+        self.state.freeze[self.chain_rows] = self.state.x.step >= self.config.run.num_steps
+        return self.design.step()
 
-    def witness_state(self) -> dict[str, Any]:
-        """What a checkpoint keeps of the witness test."""
-        return {"states": self.witness_states, "rows": self.witness_rows.clone()}
+    def state_dict(self) -> dict[str, Any]:
+        """The rows and the design, for a checkpoint."""
+        return {"pairs": self.state.state_dict(), "design": self.design.state_dict()}
 
-    def load_witness_state(self, saved: dict[str, Any] | None) -> None:
-        """Continue the witness test from :meth:`witness_state` (None: a checkpoint of a run without one)."""
-        if saved is not None:
-            self.witness_states, self.witness_rows = saved["states"], saved["rows"].clone()
-
-    def lower_bounds(self) -> dict[float, MixingLowerBound]:
-        """The paired witness bound per temperature at the witness step, on every pair tested there (none before
-        the loop reached it), with the learned witness (agreement profile) fitted on the other temperatures' pairs
-        that had not met: chains independent of those tested, so the witness is fixed before them (cross-fitting,
-        no pair spent on it)."""
-        if self.witness_states is None:
-            return {}
-        tested = (self.measured | self.witness_only).cpu()
-        out = {}
-        for tau in self.config.temperatures:
-            here = torch.tensor([t == tau for t in self.row_temperatures])
-            rows, others = tested & here, tested & ~here
-            if int(rows.sum()) >= 2 and bool(others.any()):
-                witness = learned_witness(self.witness_states[0, others], self.witness_states[1, others])
-                values = [witness(side[rows])[None, None] for side in self.witness_states]
-                out[tau] = witness_bound(values[0], values[1], times=[self.witness_step], binary=[witness.binary],
-                                         names=[witness.name], paired=True)
-        return out
+    def load_state_dict(self, saved: dict[str, Any]) -> None:
+        """Continue from :meth:`state_dict`."""
+        self.design.grid.state = CoupledState.from_state_dict(saved["pairs"], self.state.x.tokens.device)
+        self.design.load_state_dict(saved["design"])
 
     def coupling_result(self, ledger: CostLedger) -> CouplingResult:
-        """Meeting times per temperature of the measured pairs, censored at the budget or where they were
-        stopped."""
-        pooled = meeting_times_of(self.state)
-        budget = self.budget
-        taus = [t for t, m in zip(self.row_temperatures, self.measured.tolist(), strict=True) if m]
-        times, censored = pooled.times[self.measured], pooled.censored[self.measured]
-        reached = budget if pooled.max_steps is None else min(budget, int(pooled.max_steps))
-        stops = self.witness_step if self.witness_step and self.state.x.step >= self.witness_step else reached
-        by_temperature = {tau: MeetingTimes(times=times[torch.tensor([t == tau for t in taus])],
-                                            censored=censored[torch.tensor([t == tau for t in taus])],
-                                            max_steps=stops if tau in self.config.coupling.witness_temperatures
-                                            else reached)
-                          for tau in self.config.temperatures}
-        end = (self.state.x.tokens != self.state.y).sum(1)[self.measured].tolist()
-        chain_rows = self.num_chains * self.state.x.step
-        witness_rows = {tau: int(self.witness_rows[torch.tensor([t == tau for t in self.row_temperatures])].sum())
-                        for tau in self.config.temperatures}
-        return CouplingResult(times=by_temperature, hamming_start=self.hamming_start, hamming_end=end,
+        """Meeting times, witness bounds and both sides per temperature at the look each reached."""
+        design, ladder = self.design, self.config.temperatures
+        decided = design.brackets()
+        natural = [design.natural(cell) for cell in range(len(ladder))]
+        rows = torch.cat(natural)
+        state = self.state
+        return CouplingResult(times={tau: design.meeting(c) for c, tau in enumerate(ladder)},
+                              hamming_start=(self.starts[0][rows] != self.starts[1][rows]).sum(1).tolist(),
+                              hamming_end=(state.x.tokens[rows] != state.y[rows]).sum(1).tolist(),
                               seconds=round(ledger.phases["chains and pairs"].seconds, 2),
-                              rows=self.state.rows - chain_rows, lower=self.lower_bounds(),
-                              witness_rows=witness_rows)
+                              rows=sum(c.rows for c in design.cells),
+                              lower={tau: bound for c, tau in enumerate(ladder)
+                                     if (bound := design.lower_bound(c)) is not None},
+                              decided=dict(zip(ladder, decided, strict=True)),
+                              rows_by_temperature={tau: design.cells[c].rows for c, tau in enumerate(ladder)})
+
+
+def _progress(plan: _Plan, enabled: bool) -> Callable[[int | None], None]:
+    """A tqdm bar of the loop: the forward rows spent of the design's budget, the temperatures decided and the look
+    each is at (``None`` closes it)."""
+    if not enabled:
+        return lambda step: None
+    from tqdm.auto import tqdm
+
+    total = plan.config.coupling.max_rows if plan.config.coupling.enabled else None
+    bar = tqdm(total=total, desc="chains and pairs", unit="row", disable=None)  # None: on a terminal only
+
+    def update(step: int | None) -> None:
+        if step is None:
+            bar.close()
+            return
+        bar.update(int(plan.state.rows) - bar.n)
+        bar.set_postfix(step=step, **{k: v for k, v in plan.design.progress().items() if k != "rows"})
+
+    return update
 
 
 def run_claims(result: ChainRunResult) -> ClaimsReport:

@@ -40,7 +40,6 @@ from ..diagnostics.influence import InfluenceEstimate, estimate_influence
 from ..diagnostics.meeting import HittingTimes, MeetingTimes, meeting_times_of
 from ..diagnostics.rectangle import RectangleReport, sample_rectangles
 from ..diagnostics.sweep import GridAnalysis, SweepCell, analyse_grid
-from ..diagnostics.witness import PairedWitness, paired_learned_witness
 from ..embedders.base import HiddenStateEmbedder, cosine_distance
 from ..models.base import Denoiser, OutOfTime, forward_deadline
 from ..models.cost import CostLedger
@@ -62,6 +61,7 @@ from ..tracking.drift import DriftTracker, hamming_fraction, random_fill_distanc
 from .checkpoint import fingerprint, load_checkpoint, restoring, save_checkpoint
 from .common import build_model, crop_context, job_deadline, provenance, start_tokens
 from .config import TOY_SOURCES, ConfigError, SweepConfig
+from .design import DesignPlan, SequentialDesign
 
 
 @dataclass
@@ -124,28 +124,38 @@ class _Drift:
 
 @dataclass
 class _Group:
-    """The cells that share one model (and one natural start): its pairs (``starts``: both chains' start tokens,
-    ``traces``: the pairs' distances every ``trace_every`` steps, ``snapshots``: both chains at each witness step),
-    optional drift chains, and ``decode`` (ids to text)."""
+    """The cells that share one model (and one natural start): their pairs and the plan of their rounds
+    (``design``; ``starts``: both chains' start tokens, ``traces``: each pair's distance every ``trace_every`` steps
+    of its own age), optional drift chains, and ``decode`` (ids to text)."""
 
     denoiser: Denoiser
     natural: Tensor
     cells: list[GridCell]
-    pairs: PairGrid
+    design: SequentialDesign
     decode: Callable[[list[int]], str]
     starts: tuple[Tensor, Tensor]
-    traces: list[Tensor]
+    traces: Tensor
+    every: int
     drift: _Drift | None = None
-    snapshots: dict[int, Tensor] = field(default_factory=dict)
 
-    def snapshot(self, step: int) -> None:
-        """Both chains of every pair now (``[2, P, L]``; a met pair's ``y`` is its ``x``), for the witness test."""
+    @property
+    def pairs(self) -> PairGrid:
+        """The grid of pairs."""
+        return self.design.grid
+
+    def trace(self) -> None:
+        """Record each started pair's distance where its age is a multiple of ``every`` (met pairs: 0)."""
         state = self.pairs.state
-        met = (state.met_at >= 0)[:, None]
-        self.snapshots[step] = torch.stack([state.x.tokens, torch.where(met, state.x.tokens, state.y)]).cpu()
+        ages = state.ages.cpu()
+        due = state.started.cpu() & (ages % self.every == 0) & (ages // self.every < self.traces.shape[0]) & \
+            (ages > 0)
+        if bool(due.any()):
+            distance = (state.x.tokens != state.y).sum(1).cpu()
+            self.traces[ages[due] // self.every, due.nonzero().squeeze(1)] = distance[due]
 
-    def active(self) -> bool:
-        return self.pairs.active() or (self.drift is not None and self.drift.active())
+    def active(self, step: int, max_steps: int) -> bool:
+        pairs = self.design.live() and (self.design.plan.sequential or step < max_steps)
+        return pairs or (self.drift is not None and step < max_steps and self.drift.active())
 
 
 def run_sweep(config: SweepConfig, out_dir: Path | None = None, *, resume: bool = False, progress: bool = False,
@@ -176,8 +186,10 @@ def run_sweep(config: SweepConfig, out_dir: Path | None = None, *, resume: bool 
     first = groups[0]
     if time.perf_counter() >= deadline:  # nor the calibration's
         raise set_up
-    # the unit of the bill: a forward at the grid's batch (both chains of every pair of the first group), at most 64
-    ledger.time_bare_forward(first.denoiser, first.natural.expand(min(64, 2 * len(first.pairs.layout.cell)), -1))
+    # the unit of the bill: a forward at the grid's batch (both chains of every started pair of the first group),
+    # at most 64
+    batch = 2 * int(first.pairs.state.started.sum())
+    ledger.time_bare_forward(first.denoiser, first.natural.expand(min(64, max(batch, 1)), -1))
     checkpoint_path = None if out_dir is None else out_dir / "sweep-checkpoint.pt"
     fingerprints = {"config": fingerprint(config.resume_fingerprint()),
                     "cells": fingerprint([list(c) for c in cell_list])}
@@ -191,22 +203,19 @@ def run_sweep(config: SweepConfig, out_dir: Path | None = None, *, resume: bool 
             for group, state in zip(groups, saved["groups"], strict=True):
                 _restore(group, state)
     t1 = time.perf_counter()
-    bar = _progress(grid.max_steps, step, progress)
+    bar = _progress(config, step, progress, groups)
     stopped: str | None = None
     with ledger.phase("pairs and drift"):
         try:
             with forward_deadline(deadline - time.perf_counter()):
-                while step < grid.max_steps and any(g.active() for g in groups):
+                while any(g.active(step, grid.max_steps) for g in groups):
                     step += 1
-                    for group in groups:
-                        distance = group.pairs.step() if group.pairs.active() else torch.zeros_like(group.traces[0])
-                        if step % trace_every(grid.max_steps) == 0:
-                            group.traces.append(distance.cpu())
-                        if step in grid.witness_steps:
-                            group.snapshot(step)
-                        if group.drift is not None:
+                    for group in groups:  # a group whose pairs all stopped steps at no cost: its clock goes on
+                        group.design.step()
+                        group.trace()
+                        if group.drift is not None and step <= grid.max_steps:
                             group.drift.advance(step)
-                    bar(step, sum(int((g.pairs.state.met_at < 0).sum()) for g in groups))
+                    bar(step)
                     if config.checkpoint_every and checkpoint_path is not None and \
                             step % config.checkpoint_every == 0:
                         save_checkpoint(checkpoint_path, {"groups": [_snapshot(g) for g in groups]},
@@ -246,7 +255,8 @@ def run_sweep(config: SweepConfig, out_dir: Path | None = None, *, resume: bool 
                                            num_tokens=min(spec.num_tokens, allowed), max_distance=spec.max_distance,
                                            sites=window[None], generator=as_generator(grid.seed, "rectangles"))
     spent = sum(g.pairs.state.rows for g in groups)
-    uncompacted = sum(2 * len(g.pairs.layout.cell) for g in groups) * max(step, 1)
+    uncompacted = sum(2 * int(g.pairs.state.started.sum()) * (grid.max_steps if g.design.plan.sequential else step)
+                      for g in groups)
     with ledger.phase("analysis and claims"):  # summaries, fits, the claims' plug-in power: no forward rows
         return finish(config, result_cells, influence=influence, rectangles=rectangles,
                       timings={"setup_seconds": round(setup_seconds, 2), "chain_seconds": round(chain_seconds, 2),
@@ -280,17 +290,28 @@ def finish(config: SweepConfig, cells: list[SweepCell], *, influence: InfluenceE
                        environment=environment, notes=notes, cost=cost, stopped=stopped)
 
 
-def _progress(total: int, start: int, enabled: bool) -> Callable[[int, int], None]:
+def _progress(config: SweepConfig, start: int, enabled: bool, groups: list[_Group]) -> Callable[[int], None]:
+    """A tqdm bar: steps of a fixed design (pairs still running), or a sequential design's rows spent of its budget
+    with the cells decided and the look each is at."""
     if not enabled:
-        return lambda step, active: None
+        return lambda step: None
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=total, initial=start, desc="sweep steps", unit="step")
+    sequential = bool(config.grid.looks)
+    total = config.grid.max_rows if sequential else config.grid.max_steps
+    bar = tqdm(total=total, initial=0 if sequential else start, desc="sweep rows" if sequential else "sweep steps",
+               unit="row" if sequential else "step", disable=None)  # None: on a terminal only
 
-    def update(step: int, active: int) -> None:
-        bar.update(step - bar.n)
-        bar.set_postfix(active_pairs=active)
-        if step >= total or active == 0:
+    def update(step: int) -> None:
+        if sequential:
+            rows = sum(g.pairs.state.rows for g in groups)
+            bar.update(rows - bar.n)
+            decided = [g.design.progress()["decided"].split("/") for g in groups]
+            bar.set_postfix(step=step, decided=f"{sum(int(d[0]) for d in decided)}/{sum(int(d[1]) for d in decided)}")
+        else:
+            bar.update(step - bar.n)
+            bar.set_postfix(active_pairs=sum(int(g.pairs.state.open.sum()) for g in groups))
+        if not any(g.active(step, config.grid.max_steps) for g in groups):
             bar.close()
 
     return update
@@ -362,14 +383,28 @@ def _spins(ids: list[int]) -> str:
     return "".join(symbols[i] if i < len(symbols) else f"({i})" for i in ids)
 
 
+def design_plan(config: SweepConfig) -> DesignPlan:
+    """The plan of a sweep's pairs (:class:`~.design.DesignPlan`): one look at the first round's natural-random
+    pairs (a fixed design), or the looks of ``grid.looks`` (the sequential design)."""
+    grid = config.grid
+    natural = sum(1 for k in range(grid.pairs) if grid.starts[k % len(grid.starts)] == "natural-random")
+    return DesignPlan(looks=(natural, *grid.looks) if natural else (grid.pairs,),
+                      witness_steps=tuple(grid.witness_steps), max_steps=grid.max_steps, learn=grid.learn,
+                      max_rows=grid.max_rows)
+
+
 def _group(model: Denoiser, natural: Tensor, cells: list[GridCell], config: SweepConfig,
            decode: Callable[[list[int]], str]) -> _Group:
     """Pairs (and drift chains) of ``cells`` on one model."""
     grid = config.grid
-    pairs = pair_grid(model, natural, cells, pairs=grid.pairs, starts=grid.starts, seed=grid.seed)
+    pairs = pair_grid(model, natural, cells, pairs=grid.pairs, starts=grid.starts, seed=grid.seed,
+                      capacity=grid.looks[-1] if grid.looks else grid.pairs)
     x0, y0 = pairs.state.x.tokens.clone(), pairs.state.y.clone()
-    group = _Group(denoiser=model, natural=natural, cells=cells, pairs=pairs, decode=decode, starts=(x0, y0),
-                   traces=[(x0 != y0).sum(1).cpu()])
+    every = trace_every(grid.max_steps)
+    traces = torch.zeros(grid.max_steps // every + 1, x0.shape[0], dtype=torch.long)
+    traces[0] = (x0 != y0).sum(1).cpu()
+    group = _Group(denoiser=model, natural=natural, cells=cells, design=SequentialDesign(pairs, design_plan(config)),
+                   decode=decode, starts=(x0, y0), traces=traces, every=every)
     spec = config.drift
     if spec.enabled:
         sampler, state, layout = chain_grid(model, natural, cells, chains=spec.chains, seed=grid.seed)
@@ -409,14 +444,14 @@ def _cell_means(values: Tensor, cell: Tensor) -> Tensor:
 
 
 def _snapshot(group: _Group) -> dict[str, Any]:
-    return {"pairs": group.pairs.state.state_dict(), "traces": torch.stack(group.traces),
-            "drift": None if group.drift is None else group.drift.state_dict(), "snapshots": dict(group.snapshots)}
+    return {"pairs": group.pairs.state.state_dict(), "traces": group.traces.clone(),
+            "drift": None if group.drift is None else group.drift.state_dict(), "design": group.design.state_dict()}
 
 
 def _restore(group: _Group, state: dict[str, Any]) -> None:
     group.pairs.state = CoupledState.from_state_dict(state["pairs"], group.denoiser.device)
-    group.traces = list(state["traces"])
-    group.snapshots = dict(state.get("snapshots", {}))
+    group.traces = state["traces"].clone()
+    group.design.load_state_dict(state["design"])
     if group.drift is not None and state["drift"] is not None:
         group.drift.load_state_dict(state["drift"], group.denoiser.device)
 
@@ -424,45 +459,37 @@ def _restore(group: _Group, state: dict[str, Any]) -> None:
 def _collect(group: _Group, config: SweepConfig, steps: int) -> list[SweepCell]:
     out = []
     hitting = group.drift.tracker.hitting_times() if group.drift is not None else []
-    every = trace_every(config.grid.max_steps)
-    traces = torch.stack(group.traces)  # pairs that all met before the budget stay at 0 to its end
-    traces = torch.cat([traces, traces.new_zeros(config.grid.max_steps // every + 1 - len(traces), traces.shape[1])])
+    design = group.design
+    design.close()
+    brackets = design.brackets()
+    state = group.pairs.state
+    times = meeting_times_of(state).times  # started pairs only, in row order
+    started = state.started.cpu().nonzero().squeeze(1)
     for index, cell in enumerate(group.cells):
+        pairs = (group.pairs.rows_of(index) & state.started).nonzero().squeeze(1).cpu()
+        chosen = torch.isin(started, pairs)
         met_at, kinds = group.pairs.meeting(index)
         censored = met_at < 0
-        pairs = (group.pairs.layout.cell == index).nonzero().squeeze(1)
+        lower = design.cells[index].slow if design.cells[index].slow is not None else design.lower(index)
+        bracket = brackets[index]
+        budget = int(times[chosen].max()) if design.plan.sequential and pairs.numel() else steps
         result = SweepCell(temperature=cell.temperature, num_sites=cell.num_sites, sites=list(cell.sites),
-                           meeting=MeetingTimes(times=torch.where(censored, steps, met_at), censored=censored,
-                                                max_steps=steps), kinds=kinds,
-                           coupling_trace=traces[:, pairs], trace_every=every, draws=_draws(group, pairs),
-                           witness=_witness(group, pairs, steps))
+                           meeting=MeetingTimes(times=times[chosen].cpu(), censored=censored, max_steps=budget),
+                           kinds=kinds, coupling_trace=group.traces[:, pairs], trace_every=group.every,
+                           draws=_draws(group, pairs), witness=lower,
+                           looks=design.plan.looks if design.plan.sequential else None,
+                           needs=bracket.needs if design.plan.sequential else None,
+                           rows=design.cells[index].rows)
         if group.drift is not None:
             rows = group.drift.layout.cell == index
-            for threshold, times in zip(sorted(config.drift.thresholds), hitting, strict=True):
-                result.hitting[threshold] = HittingTimes(times=times.times[rows], censored=times.censored[rows],
-                                                         max_steps=times.max_steps)
+            for threshold, times_d in zip(sorted(config.drift.thresholds), hitting, strict=True):
+                result.hitting[threshold] = HittingTimes(times=times_d.times[rows], censored=times_d.censored[rows],
+                                                         max_steps=times_d.max_steps)
             drift_steps = (len(group.drift.curves) - 1) * config.drift.every
             result.change_rate = float(group.drift.changes[rows].mean()) / max(drift_steps, 1)
             result.drift_curve = [float(curve[index]) for curve in group.drift.curves]
         out.append(result)
     return out
-
-
-def _witness(group: _Group, rows: Tensor, steps: int) -> PairedWitness | None:
-    """The cell's paired witness test (:class:`~mlm_dynamics.experiments.config.GridConfig`): its natural-random
-    pairs in pair order, the odd-numbered fitting the learned witness and the even-numbered tested, at each witness
-    step reached and at ``steps`` (the budget or the step reached). Pairs of one cell draw from their own streams,
-    so the two halves are independent and the test is the cell's own (the same alone, in a grid or a shard). None
-    with fewer than 2 tested pairs."""
-    natural = rows[group.pairs.kind[rows] == START_KINDS.index("natural-random")]
-    learn, test = natural[1::2], natural[0::2]
-    if test.numel() < 2:
-        return None
-    if steps not in group.snapshots:
-        group.snapshot(steps)
-    horizons = sorted(t for t in group.snapshots if t <= steps)
-    states = torch.stack([group.snapshots[t] for t in horizons])
-    return paired_learned_witness(states, horizons, learn=learn, test=test)
 
 
 def _draws(group: _Group, rows: Tensor) -> list[dict[str, Any]]:
@@ -472,7 +499,9 @@ def _draws(group: _Group, rows: Tensor) -> list[dict[str, Any]]:
     out = []
     for kind in sorted(set(group.pairs.kind[rows].tolist())):
         row = int(rows[group.pairs.kind[rows] == kind][0])
-        out.append({"kind": START_KINDS[kind], "met_at": int(state.met_at[row]),
+        born = 0 if state.born is None else int(state.born[row])
+        out.append({"kind": START_KINDS[kind], "met_at": int(state.met_at[row]) - born if state.met_at[row] >= 0
+                    else -1,
                     **{name: group.decode(tokens[row].tolist()) for name, tokens in
                        (("x_start", x0), ("y_start", y0), ("x_end", state.x.tokens), ("y_end", state.y))}})
     return out

@@ -68,7 +68,9 @@ def _lower_side(coupling: CouplingResult, tau: float, bracket: MixingBracket) ->
     if lower is not None:
         summary = lower.summary()
         out.update({key: summary[key] for key in ("tv_lower", "d_lower", "chains_needed")})
-        out.update({"witness_pairs": lower.num_chains, "witness_rows": coupling.witness_rows.get(tau, 0)})
+        out["witness_pairs"] = lower.num_chains
+    out.update({"pairs": sides["pairs"], "look": sides["look"], "looks": len(bracket.looks or ()) or 1,
+                "pair_rows": coupling.rows_by_temperature.get(tau, 0)})
     return {**out, "verdict": bracket.verdict, "verdict_text": bracket.text()}
 
 
@@ -83,6 +85,13 @@ def _verdict_cell(row: Mapping[str, Any]) -> str:
         return "undecided (no witness test)"
     return (f"undecided: tv_lower {row['tv_lower']:.2f} at step {row['horizon']:g} from {row['witness_pairs']} pairs "
             "(above 0.5 certifies slow)")
+
+
+def _design_cell(row: Mapping[str, Any]) -> str:
+    """``12 (look 1 of 6), 3840 rows``: the pairs the verdict rests on, the look, and the pairs' forward rows."""
+    look = f" (look {row['look']:.0f} of {row['looks']})" if row.get("look") is not None and row.get("looks", 1) > 1 \
+        else ""
+    return f"{row['pairs']:.0f}{look}, {row.get('pair_rows', 0):.0f} rows"
 
 
 def key_figures(report: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -103,7 +112,9 @@ def key_figures(report: Mapping[str, Any]) -> list[dict[str, Any]]:
             row["median meeting time [interval] (coverage)"] = quantile_text(pairs, "meeting_time_median")
             row["pairs censored"] = f"{pairs['censored_fraction']:.0%} of {pairs['num_pairs']:.0f}"
             if "verdict" in pairs:
-                row["mixing (both sides, 95 %)"] = _verdict_cell(pairs)
+                row["mixing (each side 95 %)"] = _verdict_cell(pairs)
+                if "pairs" in pairs:
+                    row["pairs (look), pair rows"] = _design_cell(pairs)
         if tau in semantics:
             row["drift (1 = forgot start)"] = f"{semantics[tau]['drift_over_scale_final']:.2f}"
             row["time in a trap (descriptive)"] = f"{semantics[tau]['trapped_fraction']:.0%}"
@@ -263,6 +274,9 @@ def run_summary(result: ChainRunResult) -> str:
                          f"({times.censored_fraction:.0%} of {times.times.numel()} censored at {int(times.budget)})")
         lines.append(f"coupled pairs, median meeting time: {', '.join(parts)}")
         lines += [f"mixing at tau={tau:g}: {bracket.text()}" for tau, bracket in brackets.items()]
+        decided = sum(bracket.verdict != "undecided" for bracket in brackets.values())
+        lines.append(f"decided {decided} of {len(brackets)} temperatures with {coupling.rows} pair rows (each side at "
+                     "95 % per temperature, kept through the design's looks)")
     if result.rectangle is not None:
         summary = result.rectangle.summary()
         lines.append(f"rectangle test: {summary['prevalence']:.3f} of {int(summary['num_rectangles'])} rectangles "

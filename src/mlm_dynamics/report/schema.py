@@ -96,7 +96,19 @@ class MeetingSummary(_Section):
     tv_lower: Fraction | None = None
     d_lower: Fraction | None = None
     mixing_time_exceeds: NonNegative | None = None
+    forgotten_by: NonNegative | None = None
     verdict: Literal["slow", "fast", "undecided"] | None = None
+    pairs: Count | None = None
+    look: Size | None = None
+
+    @model_validator(mode="after")
+    def _verdict_has_its_bound(self) -> MeetingSummary:
+        """A slow verdict names the step it certifies beyond, a fast one the step it certifies by."""
+        if self.verdict == "slow" and self.mixing_time_exceeds is None:
+            raise ValueError("a slow verdict must give mixing_time_exceeds")
+        if self.verdict == "fast" and self.forgotten_by is None:
+            raise ValueError("a fast verdict must give forgotten_by")
+        return self
 
     @model_validator(mode="after")
     def _within_budget(self) -> MeetingSummary:
