@@ -333,8 +333,8 @@ SMALL_JOBS: dict[str, tuple[str, list[str]]] = {
 
 def figure_problems(figure) -> list[str]:
     """What keeps a person from reading ``figure`` at its saved size: a legend box that covers plotted data (a line's
-    path, a bar, a scatter point), text below 9 pt, tick labels that run into each other or carry an offset or
-    scientific multiplier."""
+    path, a bar, a scatter point), text below 9 pt or cut off at the edge of the image, tick labels that run into
+    each other or carry an offset or scientific multiplier."""
     from matplotlib.collections import Collection
     from matplotlib.patches import Rectangle
     from matplotlib.text import Text
@@ -368,7 +368,18 @@ def figure_problems(figure) -> list[str]:
             if axis.get_offset_text().get_text():
                 problems.append(f"{axes.get_title()!r}: tick labels carry an offset or multiplier "
                                 f"({axis.get_offset_text().get_text()!r})")
+    inside = figure.bbox.padded(1)  # a pixel of rounding
+    hidden = set()  # tick labels of ticks outside the view: kept by matplotlib, never drawn
+    for axes in figure.axes:
+        for axis, which in ((axes.xaxis, 0), (axes.yaxis, 1)):
+            low, high = sorted(axis.get_view_interval())
+            hidden |= {id(label) for label in axis.get_ticklabels()
+                       if not low - 1e-9 * (high - low) <= label.get_position()[which] <= high + 1e-9 * (high - low)}
     for text in figure.findobj(Text):
         if text.get_visible() and text.get_text().strip() and text.get_fontsize() < 9:
             problems.append(f"text {text.get_text()[:30]!r} at {text.get_fontsize():g} pt")
+        if text.get_visible() and text.get_text().strip() and id(text) not in hidden:
+            box = text.get_window_extent(renderer)
+            if box.x0 < inside.x0 or box.x1 > inside.x1 or box.y0 < inside.y0 or box.y1 > inside.y1:
+                problems.append(f"text {text.get_text()[:30]!r} is cut off at the edge of the image")
     return list(dict.fromkeys(problems))

@@ -1,6 +1,6 @@
 """What a person sees in the reports' figures: every figure the run, sweep, semantics-free history and callback
-reports save keeps its legend off the data, its text at 9 pt or more and its tick labels plain, and identical
-series are told apart instead of hiding under each other."""
+reports save keeps its legend off the data, its text at 9 pt or more and inside the image, and its tick labels
+plain, and identical series are told apart instead of hiding under each other."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def test_every_saved_figure_shows_its_data_readably(saved_figures, job):
     assert not [p for problems in figures for p in problems], [p for problems in figures for p in problems]
 
 
-def test_the_check_fails_on_a_legend_over_the_data_small_text_and_an_offset_axis():
+def test_the_check_fails_on_a_legend_over_the_data_small_text_an_offset_axis_and_a_cut_title():
     figure = new_figure()
     axes = figure.add_subplot()
     axes.plot([0, 1], [0, 1], label="diagonal")
@@ -60,6 +60,9 @@ def test_the_check_fails_on_a_legend_over_the_data_small_text_and_an_offset_axis
     offset = new_figure()
     offset.add_subplot().plot([1e6, 1e6 + 1], [0, 1])
     assert any("offset" in p for p in figure_problems(offset))
+    cut = new_figure()
+    cut.add_subplot().set_title("a title far wider than the image it is drawn in " * 4, fontsize=9)
+    assert any("cut off at the edge" in p for p in figure_problems(cut))
     fixed = new_figure()
     axes = fixed.add_subplot()
     axes.plot([0, 1], [0, 1], label="diagonal")

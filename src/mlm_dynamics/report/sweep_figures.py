@@ -12,7 +12,7 @@ from matplotlib.patches import Rectangle
 from ..diagnostics.survival import kaplan_meier
 from ..experiments.sweep import SweepResult
 from ..sampling.grid import START_KINDS
-from .figures import COLORMAP, chain_traces, colors, legend_outside, new_figure, overlap_label, temperature_axis
+from .figures import chain_traces, colors, legend_outside, new_figure, overlap_label, temperature_axis
 
 
 def _grid(result: SweepResult) -> tuple[list[float], list[int]]:
@@ -45,35 +45,54 @@ def phase_states(result: SweepResult) -> np.ndarray:
     return states
 
 
-def phase_diagram(result: SweepResult) -> Figure:
-    """Heatmap over (tau, n) of the median meeting time / (n log n) (a censored median coloured by its lower bound)
-    with each cell's state: ``slow`` and ``fast`` written in the cells certified so (:func:`phase_states`), the
-    undecided hatched; the end of the slow region at each length is bracketed (:func:`~.scaling.slow_brackets`)."""
+VERDICT_COLORS = {"slow": "#7b1f3a", "fast": "#2a9d8f", "undecided": "#d9d9d9"}  # one colour per verdict
+VERDICT_TEXT = {"slow": "white", "fast": "white", "undecided": "black"}
+
+
+def phase_labels(result: SweepResult) -> np.ndarray:
+    """``[lengths, temperatures]`` text of each cell: its bracket on ``t_mix(1/4)``
+    (:meth:`~mlm_dynamics.diagnostics.bracket.MixingBracket.cell_text`: ``> 80``, ``<= 95``, ``> 80, <= 400``, ``?``)
+    over the median meeting time where it is known (``med 73``; nothing where censored: no value to show)."""
     temperatures, lengths = _grid(result)
-    values, _ = phase_matrix(result)
-    states = phase_states(result)
-    figure = new_figure()
+    labels = np.full((len(lengths), len(temperatures)), "", dtype=object)
+    for cell in result.cells:
+        assert cell.bracket is not None and cell.survival is not None, "cells are summarised when the sweep finishes"
+        median = cell.survival.median
+        below = "" if median.censored else f"\nmed {median.value:g}"
+        labels[lengths.index(cell.num_sites), temperatures.index(cell.temperature)] = cell.bracket.cell_text() + below
+    return labels
+
+
+def phase_diagram(result: SweepResult) -> Figure:
+    """The (tau, n) grid coloured by each cell's verdict (:func:`phase_states`: slow, fast, undecided), its bracket
+    on ``t_mix(1/4)`` written in it with the median meeting time where that median is known
+    (:func:`phase_labels`); the end of the certified slow region at each length is the thick edge between its last
+    slow cell and the next. Nothing is coloured by a censored value."""
+    temperatures, lengths = _grid(result)
+    states, labels = phase_states(result), phase_labels(result)
+    figure = new_figure(7.6, 1.6 + 0.75 * len(lengths))
     axes = figure.add_subplot()
-    image = axes.imshow(np.log10(values), origin="lower", aspect="auto", cmap=COLORMAP)
-    figure.colorbar(image, ax=axes, label="log10 median meeting time / (n log n)")
-    for row, col in np.ndindex(states.shape):
-        if states[row, col] == "undecided":
-            axes.add_patch(Rectangle((col - 0.5, row - 0.5), 1, 1, fill=False, hatch="xx", edgecolor="white", lw=0))
-        else:
-            axes.text(col, row, states[row, col], ha="center", va="center", color="white", fontsize=9,
-                      fontweight="bold")
-    position = {tau: k for k, tau in enumerate(temperatures)}
-    for bracket in result.analysis.brackets:
-        row = lengths.index(bracket.num_sites)
-        start = position.get(bracket.slow_up_to, -0.5)
-        end = position.get(bracket.fast_from, len(temperatures) - 0.5)
-        axes.plot([start, end], [row, row], color="white", lw=2, marker="|", markersize=10)
+    for (row, col), state in np.ndenumerate(states):
+        axes.add_patch(Rectangle((col - 0.5, row - 0.5), 1, 1, facecolor=VERDICT_COLORS[state], edgecolor="white",
+                                 lw=2, hatch="//" if state == "undecided" else None))
+        axes.text(col, row, labels[row, col], ha="center", va="center", color=VERDICT_TEXT[state], fontsize=9,
+                  fontweight="bold" if state != "undecided" else "normal")
+    for row in range(len(lengths)):  # the slow region ends where a slow cell is followed by one that is not
+        for col in range(len(temperatures) - 1):
+            if states[row, col] == "slow" and states[row, col + 1] != "slow":
+                axes.plot([col + 0.5, col + 0.5], [row - 0.5, row + 0.5], color="black", lw=3)
+    axes.set_xlim(-0.5, len(temperatures) - 0.5)
+    axes.set_ylim(-0.5, len(lengths) - 0.5)
     axes.set_xticks(range(len(temperatures)), [f"{t:g}" for t in temperatures])
     axes.set_yticks(range(len(lengths)), [str(n) for n in lengths])
     axes.set_xlabel("temperature tau")
     axes.set_ylabel("resampled sites n")
-    axes.set_title("Median coupling time over (tau, n); slow / fast: certified (95 %); hatched: undecided; bar: end "
-                   "of the slow region", fontsize=9)
+    axes.set_title("> t: t_mix(1/4) > t;  <= t: the two starts' laws within 1/4 by t (each side 95 %)", fontsize=10)
+    handles = [Rectangle((0, 0), 1, 1, facecolor=VERDICT_COLORS[v], hatch="//" if v == "undecided" else None,
+                         label=words) for v, words in (("slow", "slow: t_mix > t (witness)"),
+                                                       ("fast", "fast: TV <= 1/4 by t (coupling)"),
+                                                       ("undecided", "undecided (?)"))]
+    axes.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=3, frameon=False, fontsize=9)
     return figure
 
 
@@ -181,8 +200,8 @@ def drift_curves(result: SweepResult, every: int) -> Figure:
     for threshold in result.config.drift.thresholds:
         axes.axhline(threshold, color="grey", ls=":", lw=1)
     axes.set_xlabel("step")
-    unit = " / distance to random fillings" if result.config.drift.relative else ""
-    axes.set_ylabel(f"drift from the start ({result.config.drift.distance}{unit})")
+    unit = "\n/ distance to random fillings" if result.config.drift.relative else ""
+    axes.set_ylabel(f"drift from the start\n({result.config.drift.distance}{unit})")
     axes.set_title(f"Drift chains, n = {n} (dotted: hitting thresholds)")
     legend_outside(axes)
     return figure
@@ -203,5 +222,5 @@ def coupling_traces(result: SweepResult) -> Figure:
                         what="pair")
 
 
-__all__ = ["coupling_traces", "drift_curves", "phase_diagram", "phase_matrix", "scaling_constants", "survival_curves",
-           "tv_bounds"]
+__all__ = ["VERDICT_COLORS", "coupling_traces", "drift_curves", "phase_diagram", "phase_labels", "phase_matrix",
+           "phase_states", "scaling_constants", "survival_curves", "tv_bounds"]
