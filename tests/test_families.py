@@ -679,3 +679,24 @@ def test_visible_padding_without_an_attention_mask_is_warned_about_once(family, 
         warnings.simplefilter("error")
         denoiser.conditional_logits(tokens, positions)  # once only
         attach(family, directories)[0].conditional_logits(tokens, positions, mask)  # the mask given: silent
+
+
+def test_dreams_published_format_loads_with_its_own_from_pretrained(directories, tmp_path):
+    """Dream's modeling file overrides from_pretrained and sets its generation config on what the parent class
+    returns, which the loading report (output_loading_info) makes a tuple: the loader loads it as its users do and
+    reads the report off the weight files, so the model comes with Dream's generation config and weights that are
+    not the model's are still refused, naming the folder."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    denoiser, _ = load_diffusion_lm(str(directories["dream"]), trust_remote_code=True)
+    assert type(denoiser.model.generation_config).__name__ == "DreamGenerationConfig"
+    assert denoiser.model.generation_config.alg == "entropy"
+    broken = tmp_path / "dream-broken"
+    shutil.copytree(directories["dream"], broken)
+    weights = load_file(str(broken / "model.safetensors"))
+    save_file({k: v for k, v in weights.items() if "lm_head" not in k}, str(broken / "model.safetensors"),
+              metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"dream-broken.*missing from its weights.*lm_head"):
+        load_diffusion_lm(str(broken), trust_remote_code=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import AutoConfig, AutoModel, PreTrainedTokenizerFast
+from transformers import AutoConfig, AutoModel, GenerationConfig, PreTrainedTokenizerFast
 
 HERE = Path(__file__).resolve().parent
 VOCAB = 40  # ids: 0 <unk>, 1 <bos>, 2 <eos> (also the pad id of LLaDA and Dream), 3..38 words, 39 the mask token
@@ -58,6 +58,8 @@ def write(family: str, folder: Path, seed: int = 0) -> Path:
     model.save_pretrained(target)
     if family in ("llada", "dream"):
         tokenizer(family).save_pretrained(target)
+    if family == "dream":  # Dream ships one, and its from_pretrained reads it
+        GenerationConfig(bos_token_id=1, eos_token_id=2, pad_token_id=2).save_pretrained(target)
     return target
 
 

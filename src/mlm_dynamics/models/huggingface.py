@@ -268,8 +268,16 @@ def load_model(auto_class: Any, name_or_path: str, *, dtype: torch.dtype | None 
     if dtype is not None:
         options.update(dtype_argument(dtype))
     try:
-        model, info = auto_class.from_pretrained(source, local_files_only=local_only, output_loading_info=True,
-                                                 **options)
+        try:
+            model, info = auto_class.from_pretrained(source, local_files_only=local_only, output_loading_info=True,
+                                                     **options)
+        except AttributeError as error:
+            if "'tuple' object" not in str(error):
+                raise
+            # a model class whose own from_pretrained (Dream's) works on the model super() returns, which the loading
+            # report makes a tuple: load it as its users do, and read the report off the weight files instead
+            model = auto_class.from_pretrained(source, local_files_only=local_only, **options)
+            info = checkpoint_report(model, source)
     except SafetensorError as error:
         raise ValueError(f"model {name_or_path!r}: its safetensors weights are damaged ({error})") from None
     except (pickle.UnpicklingError, RuntimeError) as error:
@@ -284,6 +292,40 @@ def load_model(auto_class: Any, name_or_path: str, *, dtype: torch.dtype | None 
         raise FileNotFoundError(f"model {name_or_path!r} could not be loaded: {error}") from None
     check_loaded_weights(model, info, name_or_path, new_head=new_head)
     return model
+
+
+def checkpoint_report(model: nn.Module, source: str) -> dict[str, list[Any]]:
+    """``from_pretrained``'s loading report (``missing_keys``, ``unexpected_keys``, ``mismatched_keys``) computed from
+    the safetensors files of the folder ``source`` against ``model``'s state: a checkpoint name is matched as it is,
+    with the model's ``base_model_prefix`` added or removed; a parameter tied to one the files hold (sharing its
+    storage) or one the class lists in ``_keys_to_ignore_on_load_missing`` is not missing. For model classes whose
+    own ``from_pretrained`` cannot return the report. A folder without safetensors files gives an empty report."""
+    from safetensors import safe_open
+
+    shapes: dict[str, tuple[int, ...]] = {}
+    for path in sorted(Path(source).glob("*.safetensors")) if Path(source).is_dir() else []:
+        with safe_open(str(path), framework="pt") as handle:
+            shapes.update({key: tuple(handle.get_slice(key).get_shape()) for key in handle.keys()})  # noqa: SIM118
+    if not shapes:
+        return {"missing_keys": [], "unexpected_keys": [], "mismatched_keys": []}
+    own = model.state_dict()
+    prefix = getattr(model, "base_model_prefix", "")
+
+    def matched(key: str) -> str:
+        if key in own or not prefix:
+            return key
+        if f"{prefix}.{key}" in own:
+            return f"{prefix}.{key}"
+        return key.removeprefix(f"{prefix}.") if key.removeprefix(f"{prefix}.") in own else key
+
+    found = {matched(key): shape for key, shape in shapes.items()}
+    held = {own[key].data_ptr() for key in found if key in own}
+    ignored = [re.compile(pattern) for pattern in getattr(model, "_keys_to_ignore_on_load_missing", None) or ()]
+    missing = [key for key, value in own.items() if key not in found and value.data_ptr() not in held
+               and not any(pattern.search(key) for pattern in ignored)]
+    return {"missing_keys": missing, "unexpected_keys": [key for key in found if key not in own],
+            "mismatched_keys": [(key, shape, tuple(own[key].shape)) for key, shape in found.items()
+                                if key in own and tuple(own[key].shape) != shape]}
 
 
 def check_loaded_weights(model: nn.Module, info: dict[str, Any], name_or_path: str, *, new_head: bool = False
@@ -416,5 +458,5 @@ class TextCodec:
         return str(self.tokenizer.decode(list(ids), skip_special_tokens=True))
 
 
-__all__ = ["HEAD_ONLY_FAMILIES", "Head", "MaskedLMDenoiser", "TextCodec", "check_loaded_weights", "dtype_argument",
-           "load_model", "load_tokenizer", "locate_pretrained", "read_config", "tokenizer_ids"]
+__all__ = ["HEAD_ONLY_FAMILIES", "Head", "MaskedLMDenoiser", "TextCodec", "check_loaded_weights", "checkpoint_report",
+           "dtype_argument", "load_model", "load_tokenizer", "locate_pretrained", "read_config", "tokenizer_ids"]

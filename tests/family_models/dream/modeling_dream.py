@@ -1,19 +1,43 @@
 """A tiny Dream-format diffusion LM (Qwen2-style): the logits at position ``i - 1`` predict token ``i``, as in an
 autoregressive model it was adapted from; ``attention_mask`` is ``"full"``, ``None`` or a boolean ``[B, 1, L, L]``
 (True: attend) with ``position_ids`` counting the unpadded tokens. ``diffusion_generate`` is its own decoding loop
-(entropy-ordered unmasking, as in Dream's generation utilities), a method of the model."""
+(entropy-ordered unmasking, as in Dream's generation utilities), a method of the model. Like Dream's published
+``modeling_dream.py``, the class overrides ``from_pretrained`` to set its own generation config on the model the
+parent class returns (which ``output_loading_info=True`` makes a tuple)."""
 
 import torch
 from torch import nn
-from transformers import PreTrainedModel
+from transformers import GenerationConfig, PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from .configuration_dream import DreamConfig
 
 
+class DreamGenerationConfig(GenerationConfig):
+    def __init__(self, **kwargs):
+        self.alg = kwargs.pop("alg", "entropy")
+        self.steps = kwargs.pop("steps", 8)
+        super().__init__(**kwargs)
+
+
 class DreamModel(PreTrainedModel):
     config_class = DreamConfig
     base_model_prefix = "model"
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, config=None, cache_dir=None,
+                        ignore_mismatched_sizes=False, force_download=False, local_files_only=False, token=None,
+                        revision="main", use_safetensors=None, weights_only=True, **kwargs):
+        _model = super().from_pretrained(pretrained_model_name_or_path, *model_args, config=config,
+                                         cache_dir=cache_dir, ignore_mismatched_sizes=ignore_mismatched_sizes,
+                                         force_download=force_download, local_files_only=local_files_only,
+                                         token=token, revision=revision, use_safetensors=use_safetensors,
+                                         weights_only=weights_only, **kwargs)
+        # as Dream's: the generation config loaded by the parent class lacks DreamGenerationConfig's attributes
+        _model.generation_config = DreamGenerationConfig.from_pretrained(
+            pretrained_model_name_or_path, cache_dir=cache_dir, force_download=force_download,
+            local_files_only=local_files_only, token=token, revision=revision)
+        return _model
 
     def __init__(self, config):
         super().__init__(config)
