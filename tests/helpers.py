@@ -340,6 +340,7 @@ def figure_problems(figure) -> list[str]:
     from matplotlib.text import Text
 
     figure.canvas.draw()
+    figure.canvas.draw()  # as report.html.figure_png saves it: drawn once to settle the layout, then again
     renderer = figure.canvas.get_renderer()
     problems = []
     for axes in figure.axes:
@@ -373,7 +374,7 @@ def figure_problems(figure) -> list[str]:
     for axes in figure.axes:
         for axis, which in ((axes.xaxis, 0), (axes.yaxis, 1)):
             low, high = sorted(axis.get_view_interval())
-            hidden |= {id(label) for label in axis.get_ticklabels()
+            hidden |= {id(label) for label in axis.get_ticklabels(which="both")
                        if not low - 1e-9 * (high - low) <= label.get_position()[which] <= high + 1e-9 * (high - low)}
     for text in figure.findobj(Text):
         if text.get_visible() and text.get_text().strip() and text.get_fontsize() < 9:

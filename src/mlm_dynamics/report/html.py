@@ -97,9 +97,12 @@ def quantile_text(summary: Mapping[str, Any], key: str) -> str:
 
 
 def figure_png(figure: Figure, dpi: int = 110) -> bytes:
-    """PNG bytes of ``figure`` at ``dpi`` (the figure is closed)."""
+    """PNG bytes of ``figure`` at ``dpi`` (the figure is closed). The figure is drawn once before it is saved: tick
+    labels exist only after a draw, and the constrained layout makes room for them only on the next one (a y label
+    drawn once can be cut at the image's edge)."""
     buffer = io.BytesIO()
-    readable(figure).savefig(buffer, format="png", dpi=dpi)
+    readable(figure).canvas.draw()
+    figure.savefig(buffer, format="png", dpi=dpi)
     return buffer.getvalue()
 
 
