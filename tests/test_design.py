@@ -111,17 +111,18 @@ def test_cells_whose_looks_cannot_decide_stop_at_once():
 
 
 def test_a_sequential_sweep_resumes_bit_identically(tmp_path, monkeypatch):
-    """Interrupted after its first rounds, resumed from the checkpoint: every cell's pairs, rounds and verdicts
-    equal those of the run that was never stopped."""
+    """Interrupted in a cell's second round (tau = 1, followed 120 steps) after another had ended undecided (tau =
+    0.7), resumed from the checkpoint: every cell's pairs, rounds, verdicts and words equal those of the run that was
+    never stopped."""
     import mlm_dynamics.experiments.sweep as sweep
 
-    common = ["--quiet", *(item for o in POTTS for item in ("--set", o)), "--set", "grid.temperatures=[0.5, 1.0]",
-              "--set", "checkpoint_every=20"]
+    common = ["--quiet", *(item for o in POTTS for item in ("--set", o)), "--set", "grid.temperatures=[0.7, 1.0]",
+              "--set", "grid.max_steps=120", "--set", "checkpoint_every=20"]
     assert main(["sweep", "--out", str(tmp_path / "whole"), *common]) == 0
     real = sweep.PairGrid.step
 
     def interrupted(grid):
-        if grid.state.x.step == 130:  # after the first look at step 100
+        if grid.state.x.step == 150:  # in tau = 1's second round
             raise KeyboardInterrupt
         return real(grid)
 
@@ -131,6 +132,8 @@ def test_a_sequential_sweep_resumes_bit_identically(tmp_path, monkeypatch):
     assert main(["sweep", "--out", str(tmp_path / "split"), "--resume", *common]) == 0
     reports = [json.loads((tmp_path / d / "report.json").read_text())["sweep"] for d in ("whole", "split")]
     assert reports[0]["cells"] == reports[1]["cells"]
+    cells = {cell["temperature"]: cell for cell in reports[0]["cells"]}
+    assert cells[1.0]["pairs"] > 16 and cells[0.7]["verdict"] == "undecided" and "side:" in cells[0.7]["verdict_text"]
 
 
 def _curie_weiss_replicate(seed: int, cells: list[GridCell], plan: DesignPlan, model: PairwiseMRFDenoiser):

@@ -508,9 +508,10 @@ class SequentialDesign:
                 lower = self.lower(index)
                 horizons = [h for h in self.plan.witness_steps if h <= cell.horizon]
                 cell.slow = lower if lower is not None and len(lower.times) == len(horizons) else None
-                if data["decided"]:
-                    needs = self.needs(index) if cell.refused or cell.look + 1 == len(self.plan.looks) else ""
-                    cell.bracket = self._bracket(index, needs=needs)
+                if data["decided"]:  # ended: decided, or undecided with what it would need
+                    cell.bracket = self._bracket(index, needs="")
+                    if cell.bracket.verdict == "undecided":
+                        cell.bracket = self._bracket(index, needs=self.needs(index))
 
 
 def _needed(side: str, looks: tuple[int, ...], look: int, chances: list[float], beyond: int | None, how: str,

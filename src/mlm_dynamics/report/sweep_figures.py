@@ -51,15 +51,22 @@ VERDICT_TEXT = {"slow": "white", "fast": "white", "undecided": "black"}
 
 def phase_labels(result: SweepResult) -> np.ndarray:
     """``[lengths, temperatures]`` text of each cell: its bracket on ``t_mix(1/4)``
-    (:meth:`~mlm_dynamics.diagnostics.bracket.MixingBracket.cell_text`: ``> 80``, ``<= 95``, ``> 80, <= 400``, ``?``)
-    over the median meeting time where it is known (``med 73``; nothing where censored: no value to show)."""
+    (:meth:`~mlm_dynamics.diagnostics.bracket.MixingBracket.cell_text`: ``> 80``, ``<= 95``, ``> 80, <= 400``, ``?``),
+    for an undecided cell whose witness certifies a smaller distance the lower bound it gives (``d(80) >= 0.14``:
+    ``t_mix`` beyond 80 at that distance), over the median meeting time where it is known (``med 73``; nothing where
+    censored: no value to show)."""
     temperatures, lengths = _grid(result)
     labels = np.full((len(lengths), len(temperatures)), "", dtype=object)
     for cell in result.cells:
         assert cell.bracket is not None and cell.survival is not None, "cells are summarised when the sweep finishes"
+        text = cell.bracket.cell_text()
+        if cell.bracket.verdict == "undecided" and cell.witness is not None:
+            lower = cell.witness.bound()
+            if float(lower.d_lower[-1]) > 0:
+                text = f"d({int(lower.times[-1])}) >= {float(lower.d_lower[-1]):.2f}"
         median = cell.survival.median
         below = "" if median.censored else f"\nmed {median.value:g}"
-        labels[lengths.index(cell.num_sites), temperatures.index(cell.temperature)] = cell.bracket.cell_text() + below
+        labels[lengths.index(cell.num_sites), temperatures.index(cell.temperature)] = text + below
     return labels
 
 

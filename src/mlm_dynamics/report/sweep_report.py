@@ -193,8 +193,16 @@ def sweep_summary(result: SweepResult) -> str:
     """The lines the CLI prints."""
     saved = (f"; met pairs saved {result.rows['rows_saved_fraction']:.0%} of the forward rows"
              if result.timings["steps"] > 0 else "")
-    lines = [f"sweep: {len(result.cells)} cells, {result.timings['steps']:.0f} of {result.config.grid.max_steps} "
-             f"steps in {result.timings['chain_seconds']:.1f} s{saved}"]
+    grid = result.config.grid
+    if grid.looks:  # rounds start later: the loop runs past one pair's budget
+        spent = int(result.rows["pair_rows_spent"])
+        budget = "" if grid.max_rows is None else f" of {grid.max_rows}"
+        lines = [f"sweep: {len(result.cells)} cells, sequential design ({grid.pairs} pairs a cell first, up to "
+                 f"{grid.looks[-1]}), {spent}{budget} pair rows, {result.timings['steps']:.0f} steps of the loop, each "
+                 f"pair followed at most {grid.max_steps}, in {result.timings['chain_seconds']:.1f} s"]
+    else:
+        lines = [f"sweep: {len(result.cells)} cells, {result.timings['steps']:.0f} of {grid.max_steps} "
+                 f"steps in {result.timings['chain_seconds']:.1f} s{saved}"]
     if result.stopped is not None:
         lines.append(f"stopped early ({result.stopped}): open pairs are censored at the step reached; what is below "
                      "is what was measured")
