@@ -187,10 +187,13 @@ def results_page(data: dict[str, Any]) -> str:
             row[f"n = {cell['num_sites']:g}"] = (f"{quantile_text(cell, 'meeting_time_median')}, "
                                                  f"{cell['censored_fraction']:.0%} censored")
             if cell.get("verdict"):
+                pairs = f" ({cell['pairs']:.0f} pairs)" if cell.get("pairs") is not None else ""
                 sides.setdefault(cell["temperature"], {"tau": f"{cell['temperature']:g}"})[
                     f"n = {cell['num_sites']:g}"] = (
                     f"slow: t_mix > {cell['mixing_time_exceeds']:g}" if cell["verdict"] == "slow" else
-                    f"fast: TV <= 1/4 by {cell['forgotten_by']:g}" if cell["verdict"] == "fast" else "undecided")
+                    f"fast: TV <= 1/4 by {cell['forgotten_by']:g}" if cell["verdict"] == "fast" else
+                    "undecided" + (f", d({cell['witness_horizon']:g}) >= {cell['d_lower']:.2f}"
+                                   if cell.get("d_lower") and cell.get("witness_horizon") else "")) + pairs
         if sides:
             lines += ["Both sides of t_mix(1/4) per cell, each at 95 % (slow: t_mix(1/4) beyond the step, certified "
                       "by the witness; fast: TV <= 1/4 between the two starts by the step, certified by the coupling; "

@@ -100,17 +100,16 @@ def _sections(result: SweepResult, report: dict[str, Any], drawn: dict[str, Figu
     confidence = f"{result.config.confidence:.0%}"
     overview = Section("Phase diagram", paragraphs=[
         "Each cell runs maximally coupled pairs of Glauber chains at temperature tau on n resampled sites until they "
-        "meet or the step budget ends. The colour is the Kaplan-Meier median meeting time over n log n: flat along a "
-        "column where meeting times grow like n log n, rising where the chains slow down; a median beyond the budget "
-        "is coloured by its lower bound, budget / (n log n). Each cell's state is written in it: slow (a witness "
-        "certifies t_mix(1/4) beyond its horizon at 95 %), fast (the natural-random pairs met: TV <= 1/4 between the "
-        "two starts certified at 95 %), hatched where neither side is certified (the Cells table says what it would "
-        "need): a censored meeting time is no evidence of slow mixing. The white bars bracket the end of the slow "
-        "region at each length (certified t_mix(1/4) at least 10 times the highest temperature's median meeting "
-        "time).",
+        "meet or the step budget ends, and both sides of t_mix(1/4) are decided on its pairs from the natural start "
+        "against random fillings. Each cell is coloured by its verdict and its bracket is written in it: slow "
+        "('> t': a witness certifies t_mix(1/4) > t at 95 %), fast ('<= t': the pairs met, so the two starts' laws "
+        "are within 1/4 by step t at 95 %; other starts may be slower), undecided (hatched: '?', or the smaller "
+        "distance its witness does certify; the Cells table says what it would need). The median meeting time is "
+        "written beneath where it is known; a censored one is not a value and colours nothing: a censored meeting "
+        "time is no evidence of slow mixing. The thick edge marks where a row's slow cells end.",
         *[f'<span class="note">{html.escape(note)}</span>' for note in result.notes]],
-        figures=[(drawn["phase_diagram"], "median meeting time / (n log n); slow / fast: certified; hatched: "
-                  "undecided"),
+        figures=[(drawn["phase_diagram"], "each cell's verdict and its bracket on t_mix(1/4) (each side at 95 %); "
+                  "median meeting time beneath where known; hatched: undecided"),
                  (drawn["survival"], "Kaplan-Meier P(T_meet > t) (solid: natural-random, dashed: random-random)")])
     slow = [{"n": b["num_sites"], "slow up to tau": b["slow_up_to"], "fast from tau": b["fast_from"]}
             for b in sweep["slow_region"]]
