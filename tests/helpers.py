@@ -376,6 +376,15 @@ def figure_problems(figure) -> list[str]:
             low, high = sorted(axis.get_view_interval())
             hidden |= {id(label) for label in axis.get_ticklabels(which="both")
                        if not low - 1e-9 * (high - low) <= label.get_position()[which] <= high + 1e-9 * (high - low)}
+    for axes in figure.axes:  # words written in the plot must not run into each other or into the tick labels
+        ticks = [label for axis in (axes.xaxis, axes.yaxis) for label in axis.get_ticklabels()
+                 if label.get_visible() and label.get_text() and id(label) not in hidden]
+        written = [text for text in axes.texts if text.get_visible() and text.get_text().strip()]
+        boxes = [(text.get_text(), text.get_window_extent(renderer)) for text in written]
+        tick_boxes = [label.get_window_extent(renderer) for label in ticks]
+        for k, (words, box) in enumerate(boxes):
+            if any(box.overlaps(other) for _, other in boxes[k + 1:]) or any(box.overlaps(t) for t in tick_boxes):
+                problems.append(f"{axes.get_title()!r}: the text {words[:30]!r} runs into other text")
     for text in figure.findobj(Text):
         if text.get_visible() and text.get_text().strip() and text.get_fontsize() < 9:
             problems.append(f"text {text.get_text()[:30]!r} at {text.get_fontsize():g} pt")

@@ -49,7 +49,7 @@ def test_every_saved_figure_shows_its_data_readably(saved_figures, job):
     assert not [p for problems in figures for p in problems], [p for problems in figures for p in problems]
 
 
-def test_the_check_fails_on_a_legend_over_the_data_small_text_an_offset_axis_and_a_cut_title():
+def test_the_check_fails_on_a_legend_over_the_data_small_text_an_offset_axis_a_cut_title_and_crowded_words():
     figure = new_figure()
     axes = figure.add_subplot()
     axes.plot([0, 1], [0, 1], label="diagonal")
@@ -63,6 +63,11 @@ def test_the_check_fails_on_a_legend_over_the_data_small_text_an_offset_axis_and
     cut = new_figure()
     cut.add_subplot().set_title("a title far wider than the image it is drawn in " * 4, fontsize=9)
     assert any("cut off at the edge" in p for p in figure_problems(cut))
+    crowded = new_figure()
+    axes = crowded.add_subplot()
+    axes.text(0.5, 0.5, "d(2000) >= 0.23", ha="center", fontsize=9)
+    axes.text(0.52, 0.5, "d(2000) >= 0.08", ha="center", fontsize=9)  # a neighbouring cell's words, too wide
+    assert any("runs into other text" in p for p in figure_problems(crowded))
     fixed = new_figure()
     axes = fixed.add_subplot()
     axes.plot([0, 1], [0, 1], label="diagonal")

@@ -63,7 +63,7 @@ def phase_labels(result: SweepResult) -> np.ndarray:
         if cell.bracket.verdict == "undecided" and cell.witness is not None:
             lower = cell.witness.bound()
             if float(lower.d_lower[-1]) > 0:
-                text = f"d({int(lower.times[-1])}) >= {float(lower.d_lower[-1]):.2f}"
+                text = f"d({int(lower.times[-1])})\n>= {float(lower.d_lower[-1]):.2f}"
         median = cell.survival.median
         below = "" if median.censored else f"\nmed {median.value:g}"
         labels[lengths.index(cell.num_sites), temperatures.index(cell.temperature)] = text + below
@@ -77,7 +77,7 @@ def phase_diagram(result: SweepResult) -> Figure:
     slow cell and the next. Nothing is coloured by a censored value."""
     temperatures, lengths = _grid(result)
     states, labels = phase_states(result), phase_labels(result)
-    figure = new_figure(7.6, 1.6 + 0.75 * len(lengths))
+    figure = new_figure(max(7.6, 1.2 + 0.95 * len(temperatures)), 1.8 + 0.8 * len(lengths))
     axes = figure.add_subplot()
     for (row, col), state in np.ndenumerate(states):
         axes.add_patch(Rectangle((col - 0.5, row - 0.5), 1, 1, facecolor=VERDICT_COLORS[state], edgecolor="white",
