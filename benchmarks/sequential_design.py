@@ -7,8 +7,8 @@ For each preset, on the natural-random pairs only (the pairs both sides are deci
     end, each side at 95 % (one look);
 (b) **sequential**: the first round of ``N_1`` pairs, then rounds only for the cells whose look failed on both sides,
     up to ``N_K``; a decided cell stops (each side at 95 % over its looks);
-(c) **at equal rows**: the fixed design with ``N_1`` pairs per cell, and the sequential one given exactly the rows
-    that fixed design spent (``max_rows``): the cells each decides.
+(c) **at equal rows**: the fixed design with ``--equal`` pairs per cell (default: the middle look), and the
+    sequential one given exactly the rows that fixed design spent (``max_rows``): the cells each decides.
 
 Printed per preset: the rows of (a) and (b) and their ratio, the cells each decided and on which side, and for (c)
 the share of cells decided by each. Ratios are measured in this run; rows, not seconds, are the unit (the same on
@@ -58,22 +58,24 @@ def main() -> None:
     arguments.add_argument("--presets", nargs="+", default=["ising", "curie-weiss"], choices=list(PRESETS))
     arguments.add_argument("--looks", nargs="+", type=int, default=[12, 15, 18, 22, 28, 36])
     arguments.add_argument("--learn", type=int, default=4, help="learning pairs of the first round per cell")
+    arguments.add_argument("--equal", type=int, default=None, help="tested pairs a cell of the fixed design of (c)")
     args = arguments.parse_args()
     first, last = args.looks[0] + args.learn, args.looks[-1] + args.learn
+    middle = (args.looks[len(args.looks) // 2] if args.equal is None else args.equal) + args.learn
     later = [n + args.learn for n in args.looks[1:]]
     for name in args.presets:
         preset, overrides = PRESETS[name]
         learn = [f"grid.learn_pairs={args.learn}"]
         fixed = measure(preset, [*overrides, *learn, f"grid.pairs={last}"])
         sequential = measure(preset, [*overrides, *learn, f"grid.pairs={first}", f"grid.looks={later}"])
-        small = measure(preset, [*overrides, *learn, f"grid.pairs={first}"])
+        small = measure(preset, [*overrides, *learn, f"grid.pairs={middle}"])
         equal = measure(preset, [*overrides, *learn, f"grid.pairs={first}", f"grid.looks={later}",
                                  f"grid.max_rows={small['rows']}"])
         print(f"{name} ({preset}; looks {args.looks} tested pairs + {args.learn} learning):")
         print(describe(f"(a) fixed, {last} pairs a cell", fixed))
         print(describe(f"(b) sequential, {first} to {last}", sequential))
         print(f"  rows (b) / (a): {sequential['rows'] / fixed['rows']:.2f}")
-        print(describe(f"(c) fixed, {first} pairs a cell", small))
+        print(describe(f"(c) fixed, {middle} pairs a cell", small))
         print(describe("(c) sequential at those rows", equal))
         share = [(row["slow"] + row["fast"]) / row["cells"] for row in (small, equal)]
         print(f"  cells decided at equal rows: fixed {share[0]:.0%}, sequential {share[1]:.0%}")

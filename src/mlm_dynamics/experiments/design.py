@@ -66,7 +66,8 @@ class DesignPlan:
             pairs mostly (:data:`TRAIN_APART`) had not met at the horizon, where chains from the two starts still
             differ as in a slow cell (all other cells where none did). The choice reads the other cells only, so
             the witness stays independent of the pairs it is tested on.
-        max_rows: forward rows the grid may spend in all (None: no cap beyond the looks).
+        max_rows: forward rows the grid (with its peers, :attr:`SequentialDesign.peers`) may spend in all (None: no
+            cap beyond the looks). The first round always runs.
         epsilon: the distance of ``t_mix(epsilon)``.
     """
 
@@ -114,7 +115,8 @@ class SequentialDesign:
     in place of the grid's, while :meth:`live`; :meth:`brackets` gives both sides of every cell.
 
     ``keep_rows``: forward rows the loop will spend beyond the pairs' own (the run job's chains moving on alone),
-    reserved from the budget.
+    reserved from the budget. :attr:`peers`: other designs that share this one's ``max_rows`` (a sweep's groups of
+    cells on other models; each one's rounds are granted from what all of them left).
     """
 
     def __init__(self, grid: PairGrid, plan: DesignPlan, *, keep_rows: Callable[[], int] = lambda: 0) -> None:
@@ -124,6 +126,7 @@ class SequentialDesign:
             raise ValueError(f"learn: the {plan.learn} learning pairs (the odd-numbered ones) must lie in the first "
                              f"look's {plan.looks[0]} pairs")
         self.grid, self.plan, self.keep_rows = grid, plan, keep_rows
+        self.peers: list[SequentialDesign] = []
         count = int(grid.layout.cell.max()) + 1
         self.cells = [_Cell(horizon=plan.max_steps) for _ in range(count)]
         self.horizons = list(plan.witness_steps)
@@ -391,8 +394,9 @@ class SequentialDesign:
             return
         prices = {i: self.price(i) for i in asking}
         budget = self.plan.max_rows
-        left = math.inf if budget is None else budget - self.grid.state.rows - self._committed()
-        running = bool(self.grid.state.open.any())
+        sharing = [self, *self.peers]  # the designs one budget pays for (a sweep's groups of cells)
+        left = math.inf if budget is None else budget - sum(d.grid.state.rows + d._committed() for d in sharing)
+        running = any(bool(d.grid.state.open.any()) for d in sharing)
         for index in sorted(asking, key=lambda i: prices[i]):
             cell = self.cells[index]
             if math.isinf(prices[index]):

@@ -180,6 +180,8 @@ def run_sweep(config: SweepConfig, out_dir: Path | None = None, *, resume: bool 
     try:
         with ledger.phase("model load and setup"), forward_deadline(deadline - time.perf_counter()):
             groups, notes = _build_groups(config, cell_list)
+            for group in groups:  # one budget of rows for every model's cells
+                group.design.peers = [other.design for other in groups if other is not group]
     except OutOfTime:  # no forward after the deadline, the set-up's included
         raise set_up from None
     setup_seconds = time.perf_counter() - t0
