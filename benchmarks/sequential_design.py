@@ -15,7 +15,8 @@ the share of cells decided by each. Ratios are measured in this run; rows, not s
 any machine).
 
 Usage: python benchmarks/sequential_design.py [--presets ising curie-weiss antiberty] [--looks 12 15 18 22 28 36]
-AntiBERTy runs the real MLM on 2 cores (about 40 minutes for the three designs); the toy presets take a minute each.
+AntiBERTy runs the real MLM, two cells of 16 residues (tau = 0.5 and 4) followed 120 steps: about 25 minutes on 2
+cores with ``--looks 12 15 18 22``; the toy presets take a minute each.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ PRESETS: dict[str, tuple[str, list[str]]] = {
                               "grid.max_steps=2000", "grid.witness_steps=[200]"]),
     "curie-weiss": ("sweep-curie-weiss", ["grid.temperatures=[0.5, 0.7, 1.5, 4.0]", "grid.lengths=[4, 8, 12]",
                                           "grid.max_steps=3000", "grid.witness_steps=[300]"]),
-    "antiberty": ("sweep-antiberty", ["grid.temperatures=[0.5, 2.0]", "grid.lengths=[8, 16]", "grid.max_steps=200",
+    "antiberty": ("sweep-antiberty", ["grid.temperatures=[0.5, 4.0]", "grid.lengths=[16]", "grid.max_steps=120",
                                       "grid.witness_steps=[80]"]),
 }
 COMMON = ["grid.starts=[natural-random]", "drift.enabled=false", "lag.enabled=false", "influence.enabled=false",
@@ -66,9 +67,11 @@ def main() -> None:
     for name in args.presets:
         preset, overrides = PRESETS[name]
         learn = [f"grid.learn_pairs={args.learn}"]
-        fixed = measure(preset, [*overrides, *learn, f"grid.pairs={last}"])
-        sequential = measure(preset, [*overrides, *learn, f"grid.pairs={first}", f"grid.looks={later}"])
-        small = measure(preset, [*overrides, *learn, f"grid.pairs={middle}"])
+        one_look = ["grid.looks=[]", "grid.max_rows=null"]
+        fixed = measure(preset, [*overrides, *learn, *one_look, f"grid.pairs={last}"])
+        sequential = measure(preset, [*overrides, *learn, "grid.max_rows=null", f"grid.pairs={first}",
+                                      f"grid.looks={later}"])
+        small = measure(preset, [*overrides, *learn, *one_look, f"grid.pairs={middle}"])
         equal = measure(preset, [*overrides, *learn, f"grid.pairs={first}", f"grid.looks={later}",
                                  f"grid.max_rows={small['rows']}"])
         print(f"{name} ({preset}; looks {args.looks} tested pairs + {args.learn} learning):")
