@@ -266,8 +266,6 @@ def test_the_monitor_refuses_what_does_not_fit_and_never_loses_the_output(direct
     assert trace.output.dtype == torch.float32 and torch.equal(trace.output, prompt.float())  # returned as it was
     with pytest.raises(ValueError, match="temperature must be the sampler's temperature, a finite number >= 0"):
         monitor_sampler(llada, lambda: prompt, temperature=-1.0)
-    with pytest.raises(ValueError, match="a greedy sampler \\(temperature=0\\) has none yet"):
-        monitor_sampler(llada, lambda: prompt, temperature=0.0, parallel=True)
     other = attach("llada", directories)[1]  # another instance: the sampler never calls the watched one
     samplers = build.samplers()
     with pytest.warns(RuntimeWarning, match="never called the watched model"):
@@ -320,6 +318,83 @@ def test_a_greedy_sampler_is_measured_as_what_it_is_and_a_failing_watch_keeps_th
     with pytest.warns(RuntimeWarning, match=r"the watch stopped at step \d+ \(RuntimeError: the embedder ran out"):
         trace = monitor_sampler(llada, run(1.0), Broken(lambda tokens: tokens.float(), every=1))
     assert torch.equal(trace.output, run(1.0)()) and trace.problem.startswith("the watch stopped")
+
+
+def test_a_greedy_llada_decode_is_measured_against_its_sequential_greedy_decode_exactly(directories):
+    """LLaDA's generate at temperature 0 (its default), 8 tokens in one step and 4 tokens a step: with parallel=True
+    each step's committed tokens are compared with the sequential greedy decode from the same state, most confident
+    first, written out here from the model's own forward (commit one, call the model, take the next position's
+    argmax over the ids the model may draw); the counts of differing tokens are equal, and the output is the
+    unwatched one's. On this tiny model some of the 8-token step's picks differ (the test is not vacuous)."""
+    llada = attach("llada", directories)[1]
+    allowed = denoiser_for(llada).vocab.allowed_mask()
+    samplers = build.samplers()
+    prompt = torch.randint(3, build.VOCAB - 1, (4, 3), generator=torch.Generator().manual_seed(1))
+    differing = 0
+    for steps in (1, 2):
+        def run(steps=steps):
+            return samplers.llada_generate(llada, prompt, gen_length=8, block_length=8, steps=steps,
+                                           mask_id=build.MASK_ID, temperature=0.0)
+
+        states = []
+        handle = llada.register_forward_pre_hook(lambda module, args, seen=states: seen.append(args[0].clone()))
+        try:
+            final = run()
+        finally:
+            handle.remove()
+        expected = []  # per step, per row: the tokens that differ
+        with torch.no_grad():
+            for t, state in enumerate(states):
+                after = states[t + 1] if t + 1 < len(states) else final
+                committed = (state == build.MASK_ID) & (after != build.MASK_ID)
+                logits = llada(state).logits.double().masked_fill(~allowed, -math.inf)
+                for row in range(len(state)):
+                    positions = committed[row].nonzero().squeeze(1)
+                    confidence = logits[row, positions].softmax(-1).amax(-1)
+                    positions = positions[confidence.argsort(descending=True, stable=True)]
+                    x = state[row].clone()
+                    x[positions[0]] = after[row, positions[0]]
+                    differ = 0
+                    for position in positions[1:]:
+                        pick = llada(x[None]).logits[0, position].double().masked_fill(~allowed, -math.inf).argmax()
+                        differ += int(pick != after[row, position])
+                        x[position] = pick
+                    expected.append(differ)
+        trace = monitor_sampler(llada, run, temperature=0.0, parallel=True, overhead=None)
+        assert torch.equal(trace.final, final) and trace.parallel_problem is None and trace.looks_greedy is None
+        assert trace.parallel_steps == list(range(steps))  # indices into trace.committed
+        assert [step["differ"] for step in trace.parallel] == [sum(expected[4 * t:4 * t + 4]) / 4
+                                                               for t in range(steps)]
+        summary = trace.summary()
+        assert summary["parallel_k_mean"] == 8 / steps and summary["parallel_differ_share"] == sum(expected) / 32
+        assert summary["parallel_exact_match"] == sum(d == 0 for d in expected) / len(expected)  # 4 rows a step
+        assert "parallel_tv_max" not in summary  # a greedy step has no law to compare
+        differing += sum(expected)
+    assert differing > 0
+
+
+def test_a_greedy_sampler_watched_at_a_temperature_is_warned_about_and_an_honest_one_is_not(directories):
+    """LLaDA's greedy decode watched with the default temperature 1: all 32 commits are argmax, which a
+    temperature-1 sampler does with a tiny probability: one warning, said in the trace. The same sampler drawing at
+    temperature 1 is not warned about."""
+    import warnings
+
+    llada = attach("llada", directories)[1]
+    samplers = build.samplers()
+    prompt = torch.randint(3, build.VOCAB - 1, (4, 4), generator=torch.Generator().manual_seed(1))
+
+    def run(temperature):
+        return lambda: samplers.llada_generate(llada, prompt, gen_length=8, block_length=8, steps=4,
+                                               mask_id=build.MASK_ID, temperature=temperature,
+                                               generator=torch.Generator().manual_seed(0))
+
+    with pytest.warns(RuntimeWarning, match=r"all 32 commits were their position's argmax.*pass temperature=0"):
+        trace = monitor_sampler(llada, run(0.0))
+    assert trace.effective["argmax_fraction"] == 1.0 and "looks greedy" in trace.looks_greedy
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        honest = monitor_sampler(llada, run(1.0))
+    assert honest.looks_greedy is None and honest.effective["argmax_fraction"] < 1.0
 
 
 def test_a_fork_of_a_family_is_watched_with_its_conventions_from_family_or_the_denoiser(directories):

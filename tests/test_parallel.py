@@ -399,3 +399,92 @@ def test_the_job_measures_the_users_prompts_as_a_sampler_starts_from_them(tmp_pa
                  f"models=[{{name: m, source: diffusion, name_or_path: '{model_dir}', trust_remote_code: true}}]"])
     error = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(error) == 1 and "prompts:" in error[0] and "missing.txt cannot be read" in error[0]
+
+
+class RightZeros(torch.nn.Module):
+    """Binary positions (ids 0, 1; mask 2) where position ``i`` prefers 0 by ``1 + 0.1 i`` and each committed 0 to
+    its right pushes it towards 1 by 2: ``logit_0 = 1 + 0.1 i - 2 #{j > i: x_j = 0}``, ``logit_1 = 0``. Committing
+    two positions at once from all masked takes the two rightmost (most confident) as 0, 0; one at a time, most
+    confident first, the second sees the first's 0 and takes 1 (in the reversed order it would not: the order
+    matters)."""
+
+    def forward(self, x):
+        zeros = (x == 0).flip(1).cumsum(1).flip(1) - (x == 0).long()  # zeros strictly to the right
+        logit0 = 1 + 0.1 * torch.arange(x.shape[1]) - 2 * zeros
+        return torch.stack([logit0, torch.zeros_like(logit0), torch.full_like(logit0, -1e4)], -1)
+
+
+def right_zeros_decode(model, k, rows=2, width=6):
+    """A greedy decode committing the ``k`` most confident masked positions a step (Fast-dLLM's and LLaDA's rule at
+    temperature 0)."""
+    x = torch.full((rows, width), 2)
+    while bool((x == 2).any()):
+        logits = model(x)[..., :2]
+        confidence = logits.softmax(-1).amax(-1).masked_fill(x != 2, -1.0)
+        chosen = confidence.topk(min(k, int((x == 2).sum(1).min())), dim=1).indices
+        x = x.scatter(1, chosen, logits.argmax(-1).gather(1, chosen))
+    return x
+
+
+def test_greedy_commits_are_measured_against_the_sequential_greedy_decode_in_closed_form():
+    """On :class:`RightZeros`, two tokens a step from all masked: the first step commits 0, 0 at positions 5, 4
+    where the sequential greedy decode (5 first, then 4 seeing a 0 on its right) commits 0, 1: one token differs;
+    the later steps commit 1s that nothing moves: none differs. The whole decode (3 forwards) against one token a
+    forward (6): 5 of 6 tokens agree, no prompt matches exactly, half the forwards saved."""
+    from mlm_dynamics.diagnostics.parallel import greedy_commit_error
+    from mlm_dynamics.tracking.sampler_monitor import decode_agreement, monitor_sampler
+
+    model = RightZeros()
+    denoiser = FullSequenceDenoiser(model, VocabInfo(size=3, mask_id=2, forbidden_ids=(2,)))
+    error = greedy_commit_error(denoiser, torch.full((2, 6), 2), torch.tensor([[5, 4], [4, 5]]),
+                                torch.tensor([[0, 0], [0, 0]]))
+    assert error.sequential.tolist() == [[0, 1], [0, 0]] and error.differ.tolist() == [1, 0]  # the order matters
+    assert error.first_differ.tolist() == [1, -1] and error.forward_rows == 2 + 1
+    with pytest.raises(ValueError, match="values must be"):
+        greedy_commit_error(denoiser, torch.full((2, 6), 2), torch.tensor([[5, 4], [4, 5]]), torch.zeros(2, 3).long())
+    with pytest.raises(ValueError, match="values: a committed token is not an id the denoiser allows"):
+        greedy_commit_error(denoiser, torch.full((2, 6), 2), torch.tensor([[5, 4], [4, 5]]), torch.full((2, 2), 2))
+
+    fast = monitor_sampler(model, lambda: right_zeros_decode(model, 2), mask_id=2, temperature=0.0, parallel=True,
+                           denoiser=denoiser, overhead=None)
+    assert fast.final.tolist() == [[1, 1, 1, 1, 0, 0]] * 2
+    assert [step["differ"] for step in fast.parallel] == [1.0, 0.0, 0.0] and fast.parallel_steps == [0, 1, 2]
+    summary = fast.summary()
+    assert summary["parallel_differ_share"] == 2 / 12 and summary["parallel_exact_match"] == pytest.approx(2 / 3)
+    reference = monitor_sampler(model, lambda: right_zeros_decode(model, 1), mask_id=2, temperature=0.0)
+    assert reference.final.tolist() == [[1, 1, 1, 1, 1, 0]] * 2
+    agreement = decode_agreement(fast, reference)
+    assert agreement.row_agreement.tolist() == [5 / 6, 5 / 6] and agreement.token_agreement == 5 / 6
+    assert agreement.exact_match == 0 and agreement.exact_match_low == 0
+    assert (agreement.forwards, agreement.reference_forwards, agreement.forwards_saved) == (3, 6, 0.5)
+    same = decode_agreement(reference, reference)
+    assert same.exact_match == 1 and same.exact_match_low == pytest.approx(0.05 ** (1 / 2))  # Clopper-Pearson, 2/2
+    other = monitor_sampler(model, lambda: right_zeros_decode(model, 1, rows=3), mask_id=2, temperature=0.0)
+    with pytest.raises(ValueError, match="reference: its first step's tokens"):
+        decode_agreement(fast, other)
+
+
+def test_a_parallel_budget_that_measured_nothing_says_so_and_its_summary_keeps_its_keys(monkeypatch):
+    """Every multi-commit step over a budget too small for any row: one warning naming the skipped steps, and the
+    summary's parallel keys present (counts 0, statistics nan), for a sampled and a greedy sampler alike."""
+    import mlm_dynamics.tracking.sampler_monitor as watched
+
+    clock = [0.0]
+    monkeypatch.setattr(watched.time, "perf_counter", lambda: clock[0])
+
+    class Slow(RightZeros):
+        def forward(self, x):
+            clock[0] += 0.01 * x.shape[0]
+            return super().forward(x)
+
+    model = Slow()
+    denoiser = FullSequenceDenoiser(model, VocabInfo(size=3, mask_id=2, forbidden_ids=(2,)))
+    for temperature, key in ((0.0, "parallel_differ_share"), (1.0, "parallel_tv_max")):
+        with pytest.warns(RuntimeWarning, match="no step was measured: 3 steps committed two or more positions"):
+            trace = watched.monitor_sampler(model, lambda: right_zeros_decode(model, 2), mask_id=2,
+                                            temperature=temperature, parallel=True, denoiser=denoiser,
+                                            overhead=0.01)
+        summary = trace.summary()
+        assert summary["parallel_steps_measured"] == 0 and summary["parallel_rows_total"] == 6
+        assert summary["parallel_skipped"] == 3 and summary["parallel_measured_share"] == 0
+        assert math.isnan(summary[key]) and math.isnan(summary["parallel_k_mean"])

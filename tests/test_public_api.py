@@ -21,14 +21,15 @@ PUBLIC = {
     "BlockSchedule",
     # monitoring
     "ChainMonitor", "TrapTracker", "TrapIntervention", "HiddenStateEmbedder", "SentenceEmbedder", "ScheduledProbe",
-    "monitor_sampler",
+    "monitor_sampler", "decode_agreement",
     "MixingDiagnostics", "RectangleTest", "InfluenceProbe", "SemanticDrift", "TrapDetector", "ParallelDecoding",
     "MeetingTimeMetric", "RectanglePrevalence", "DobrushinCoefficient", "ChainConvergence", "DwellTime",
     "EffectiveTemperature", "DecodingQuality",
     # diagnostics
     "MeetingTimes", "meeting_times", "lagged_meeting_times", "RectangleReport", "sample_rectangles",
     "InfluenceEstimate", "estimate_influence", "LocalMargins", "local_margins", "ScalingFit", "fit_scaling", "rhat",
-    "ess", "ParallelCommitError", "parallel_commit_error", "confidence_profile", "MixingLowerBound",
+    "ess", "ParallelCommitError", "parallel_commit_error", "confidence_profile", "first_order_error",
+    "greedy_commit_error", "MixingLowerBound",
     "mixing_lower_bound", "Witness",
     # jobs
     "load_config", "RunConfig", "SweepConfig", "run_chains", "run_sweep", "CaseStudyConfig", "run_case_study",

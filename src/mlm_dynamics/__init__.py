@@ -31,7 +31,7 @@ _EXPORTS: dict[str, str] = {
     "Randomness": "_random", "as_generator": "_random",
     # monitoring during training and inference
     "ChainMonitor": "tracking.monitor", "TrapTracker": "tracking.traps", "TrapIntervention": "tracking.interventions",
-    "monitor_sampler": "tracking.sampler_monitor",
+    "monitor_sampler": "tracking.sampler_monitor", "decode_agreement": "tracking.sampler_monitor",
     "HiddenStateEmbedder": "embedders.base", "SentenceEmbedder": "embedders.base",
     "ScheduledProbe": "probes.base",
     "MixingDiagnostics": "callbacks.diagnostics", "RectangleTest": "callbacks.diagnostics",
@@ -47,7 +47,8 @@ _EXPORTS: dict[str, str] = {
     "RectangleReport": "diagnostics.rectangle", "sample_rectangles": "diagnostics.rectangle",
     "InfluenceEstimate": "diagnostics.influence", "estimate_influence": "diagnostics.influence",
     "ParallelCommitError": "diagnostics.parallel", "parallel_commit_error": "diagnostics.parallel",
-    "confidence_profile": "diagnostics.parallel",
+    "confidence_profile": "diagnostics.parallel", "first_order_error": "diagnostics.parallel",
+    "greedy_commit_error": "diagnostics.parallel",
     "LocalMargins": "diagnostics.margins", "local_margins": "diagnostics.margins",
     "MixingLowerBound": "diagnostics.witness", "mixing_lower_bound": "diagnostics.witness",
     "Witness": "diagnostics.witness",
@@ -118,10 +119,13 @@ __all__ = [
     "__version__",
     "as_generator",
     "confidence_profile",
+    "decode_agreement",
     "denoiser_for",
     "ess",
     "estimate_influence",
+    "first_order_error",
     "fit_scaling",
+    "greedy_commit_error",
     "lagged_meeting_times",
     "load_antiberty",
     "load_config",
@@ -173,7 +177,13 @@ if TYPE_CHECKING:  # the same names, for type checkers and IDEs
     from .diagnostics.influence import InfluenceEstimate, estimate_influence
     from .diagnostics.margins import LocalMargins, local_margins
     from .diagnostics.meeting import MeetingTimes, lagged_meeting_times, meeting_times
-    from .diagnostics.parallel import ParallelCommitError, confidence_profile, parallel_commit_error
+    from .diagnostics.parallel import (
+        ParallelCommitError,
+        confidence_profile,
+        first_order_error,
+        greedy_commit_error,
+        parallel_commit_error,
+    )
     from .diagnostics.rectangle import RectangleReport, sample_rectangles
     from .diagnostics.scaling import ScalingFit, fit_scaling
     from .diagnostics.witness import MixingLowerBound, Witness, mixing_lower_bound
@@ -206,5 +216,5 @@ if TYPE_CHECKING:  # the same names, for type checkers and IDEs
     from .sampling.tempering import ReplicaExchange
     from .tracking.interventions import TrapIntervention
     from .tracking.monitor import ChainMonitor
-    from .tracking.sampler_monitor import monitor_sampler
+    from .tracking.sampler_monitor import decode_agreement, monitor_sampler
     from .tracking.traps import TrapTracker

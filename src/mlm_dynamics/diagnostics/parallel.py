@@ -482,6 +482,99 @@ def _commit_error(tree: _Tree, *, orders: int, samples: int, max_rows: int, leve
                                confidence=confidences(tree.root))
 
 
+GREEDY_TIE = 1e-4
+"""Two ids whose log-probabilities at a position differ by less than this are an argmax near-tie: float rounding,
+another batch shape or bf16 can make either the greedy pick."""
+
+
+@dataclass
+class GreedyCommitError:
+    """:func:`greedy_commit_error` per row.
+
+    Attributes:
+        positions: ``[B, K]`` the committed positions, in the order the sequential decode commits them.
+        parallel: ``[B, K]`` the tokens the parallel step committed there.
+        sequential: ``[B, K]`` the sequential greedy decode's tokens (its first equals the parallel one's).
+        differ: ``[B]`` how many of the ``K`` tokens differ (``0 .. K - 1``).
+        first_differ: ``[B]`` the index into ``positions`` of the first token that differs, ``-1`` where none does.
+        near_ties: ``[B]`` whether a sequential pick had a runner-up within :data:`GREEDY_TIE` in log-probability
+            (that pick, and what follows it, may go the other way under other rounding).
+        forward_rows: rows through the model (``B (K - 1)``, plus one for the batch check).
+    """
+
+    positions: Tensor
+    parallel: Tensor
+    sequential: Tensor
+    differ: Tensor
+    first_differ: Tensor
+    near_ties: Tensor
+    forward_rows: int
+
+    def summary(self) -> dict[str, float]:
+        """``differ`` (mean over rows), ``differ_max``, ``differ_share`` (differing tokens over committed tokens),
+        ``exact_match`` (share of rows with no token differing), ``near_ties`` (share of rows) and
+        ``forward_rows``."""
+        return {"differ": float(self.differ.double().mean()), "differ_max": float(self.differ.max()),
+                "differ_share": float(self.differ.sum()) / self.positions.numel(),
+                "exact_match": float((self.differ == 0).double().mean()),
+                "near_ties": float(self.near_ties.double().mean()), "forward_rows": float(self.forward_rows)}
+
+
+@torch.no_grad()
+def greedy_commit_error(denoiser: Denoiser, tokens: Tensor, positions: Tensor, values: Tensor, *,
+                        attention_mask: Tensor | None = None, chunk_size: int = 256) -> GreedyCommitError:
+    """What a greedy step that committed ``values [B, K]`` at ``positions [B, K]`` of ``tokens [B, L]`` at once (each
+    its position's argmax with the whole set masked) would have committed one token per forward, in the column order
+    given: the sequential greedy decode from the same state,
+
+        y_1 = values_1,   y_k = argmax_v q_k(v | x_{-S}, y_1, ..., y_{k-1})   (positions s_{k+1}, ..., s_K masked),
+
+    over the allowed ids, and how many of its ``K`` tokens differ from ``values``. Deterministic, so exact (no
+    interval): ties in an argmax are flagged (:attr:`GreedyCommitError.near_ties`) rather than resolved. The values
+    at ``positions`` in ``tokens`` are ignored (masked). Cost: ``B (K - 1)`` forward rows, one more for ``B > 1`` and
+    ``K > 1`` (the batch's first row alone: :func:`check_rows_independent`).
+
+    Examples:
+        Two positions of an independent model decode the same one at a time as together:
+
+        >>> import torch
+        >>> from mlm_dynamics import PairwiseMRFDenoiser
+        >>> from mlm_dynamics.diagnostics.parallel import greedy_commit_error
+        >>> free = PairwiseMRFDenoiser(torch.tensor([[0.0, 1.0], [2.0, 0.0], [0.0, 0.0]]), torch.zeros(3, 3, 2, 2))
+        >>> greedy_commit_error(free, torch.zeros(1, 3, dtype=torch.long), torch.tensor([[0, 1]]),
+        ...                     torch.tensor([[1, 0]])).differ.tolist()
+        [0]
+    """
+    mask = check_commit_positions(denoiser, tokens, positions, attention_mask)
+    require_integer("values", values)
+    if tuple(values.shape) != tuple(positions.shape):
+        raise ValueError(f"values must be [B, K] like positions {tuple(positions.shape)}, got {tuple(values.shape)}")
+    device = tokens.device
+    allowed = denoiser.vocab.allowed_mask(device)
+    positions, values = positions.to(device).long(), values.to(device).long()
+    if values.min() < 0 or values.max() >= len(allowed) or not bool(allowed[values].all()):
+        raise ValueError("values: a committed token is not an id the denoiser allows (mask, padding or outside the "
+                         "vocabulary)")
+    batch, k_total = positions.shape
+    sequential, ties, rows = values.clone(), torch.zeros(batch, dtype=torch.bool, device=device), 0
+    for k in range(1, k_total):
+        filled = tokens.long().scatter(1, positions[:, :k], sequential[:, :k])
+        logits = denoiser.chunked_conditional_logits(filled, positions[:, k:], chunk_size, mask).double()
+        rows += batch
+        if k == 1:
+            check_rows_independent(denoiser, filled, positions[:, k:], mask, logits)
+            rows += 1 if batch > 1 else 0
+        law = logits[:, 0].masked_fill(~allowed, -math.inf).log_softmax(-1)
+        top = law.topk(2, dim=-1).values
+        ties |= (top[:, 0] - top[:, 1]) < GREEDY_TIE
+        sequential[:, k] = law.argmax(-1)
+    differs = sequential != values
+    first = torch.where(differs.any(1), differs.double().argmax(1), torch.full_like(differs[:, 0], -1,
+                                                                                    dtype=torch.long))
+    return GreedyCommitError(positions=positions, parallel=values, sequential=sequential, differ=differs.sum(1),
+                             first_differ=first, near_ties=ties, forward_rows=rows)
+
+
 @dataclass
 class FirstOrderError:
     """:func:`first_order_error` per row.
@@ -838,11 +931,13 @@ def confidence_profile(denoiser: Denoiser, tokens: Tensor, candidates: Tensor, *
 
 __all__ = [
     "DEFAULT_RULES",
+    "GREEDY_TIE",
     "MAX_ROWS",
     "RULES",
     "ConfidenceProfile",
     "DecodingSetting",
     "FirstOrderError",
+    "GreedyCommitError",
     "ParallelCommitError",
     "check_commit_positions",
     "check_rows_independent",

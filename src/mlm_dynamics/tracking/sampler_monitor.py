@@ -21,7 +21,12 @@ With ``parallel=True`` each step's committed set is also measured against the mo
 at once against committing them one at a time, most confident first (exact where the tree is small, else
 ``parallel_samples`` draws with an interval), the influence estimate of the set and its Frechet-Hoeffding
 certificate, through the model's exact adapter (:func:`~mlm_dynamics.models.families.denoiser_for`, or the
-``denoiser`` given).
+``denoiser`` given). A greedy sampler (``temperature=0``, LLaDA's and Fast-dLLM's default) has no law to compare,
+so its step is measured as what it is: the committed tokens against the sequential greedy decode from the same state
+in the same order (commit one, run the forward, take the next position's argmax, ...), how many differ, exactly
+(:func:`~mlm_dynamics.diagnostics.parallel.greedy_commit_error`: ``K - 1`` forward rows); :func:`decode_agreement`
+compares whole decodes (the user's threshold against one token per forward: agreement, exact matches, forwards
+saved). A sampler watched at a temperature above 0 whose every commit was its argmax is warned about as greedy.
 
 The mask id and the logit shift (Dream's logits at ``i - 1`` predict token ``i``) come from the model's family
 (:mod:`~mlm_dynamics.models.families`) unless given. Cost: without ``parallel``, no forwards beyond the sampler's
@@ -31,8 +36,8 @@ own (and, at the monitor's observation steps, its embedder's), a copy of each st
 ``V = 150,000`` on 2 CPU cores, where 121 float64 softmaxes moved to the CPU had cost 5.3x.
 With ``parallel``, per step and row committing ``K >= 2`` positions, the forward rows of
 :func:`~mlm_dynamics.diagnostics.parallel.parallel_commit_error` and ``K top_m`` more (Monte Carlo: about
-``1 + parallel_samples (K - 1)``), on the steps that fit within ``overhead`` of the sampler's own time (all with
-``overhead=None``); the seconds they took are in :attr:`SamplerTrace.parallel_seconds`.
+``1 + parallel_samples (K - 1)``; greedy: ``K - 1``), on the steps that fit within ``overhead`` of the sampler's
+own time (all with ``overhead=None``); the seconds they took are in :attr:`SamplerTrace.parallel_seconds`.
 """
 
 from __future__ import annotations
@@ -48,7 +53,8 @@ import torch
 from torch import Tensor, nn
 
 from ..diagnostics.decoding import TEMPERATURE_GRID, effective_temperature_from, surprisal_statistics
-from ..diagnostics.parallel import enumerable, parallel_commit_error
+from ..diagnostics.parallel import enumerable, greedy_commit_error, parallel_commit_error
+from ..diagnostics.witness import clopper_pearson_lower
 from ..models.base import Denoiser, check_overhead
 from ..models.families import FAMILIES, check_named_family, denoiser_for, detect_family, family_mask_id
 from ..sampling.categorical import check_truncation, tempered_log_probs
@@ -64,18 +70,29 @@ class SamplerTrace:
         widths: sequence length at each step (growing for semi-autoregressive samplers).
         masked_fraction: fraction of positions still masked at each step.
         committed, overwritten: per step, positions that left the mask and unmasked tokens that changed.
+        start: the tokens of the first step (the prompts and the masked region), for :func:`decode_agreement`.
         final: the tokens ``run()`` returned.
+        temperature, mask_id: the sampler's temperature and mask id the watch read it with.
         effective: effective temperature of the committed tokens against the logits they were drawn from
             (``effective_temperature``, ``surprisal_mean``, ``entropy_mean``, ``surprisal_gap_z``; empty when
-            nothing was committed); for a greedy sampler (``temperature=0``) ``argmax_fraction``, the share of
-            commits that were their position's argmax.
+            nothing was committed) and ``argmax_fraction``, the share of commits that were their position's argmax
+            (alone for a greedy sampler, ``temperature=0``).
+        looks_greedy: where a sampler watched at a temperature above 0 committed only argmax tokens, more than a
+            sampler at that temperature plausibly does (:data:`GREEDY_EVIDENCE`; warned once as well), why its
+            measurements are those of a sampler that never ran; ``None`` otherwise.
         metrics: the monitor's scalars at its observation steps (the last one the final state's).
         output: ``run()``'s return value as it was.
         problem: why the watch stopped early or saw nothing (warned once as well), ``None`` when it watched every
             step; the sampler's output is kept either way.
         padding: at the first step, rows padded (left, or a right-padded prompt before the masked region) with no
             attention mask passed (warned once as well; :func:`padded_rows`), ``None`` otherwise.
-        parallel: with ``parallel=True``, per step: ``k`` (mean committed per row), ``k_max``, ``tv`` (mean over rows
+        parallel: with ``parallel=True`` and ``temperature=0`` (a greedy sampler), per step: ``k``, ``k_max``,
+            ``differ`` (mean over the measured rows of the committed tokens that the sequential greedy decode from the
+            same state, most confident first, commits otherwise:
+            :func:`~mlm_dynamics.diagnostics.parallel.greedy_commit_error`), ``differ_max``, ``differ_tokens`` and
+            ``tokens`` (their sums), ``exact_match`` (share of rows with none differing), ``near_ties`` (share of
+            rows with a tie in the commit order or in a sequential argmax), ``exact`` (1), ``rows``, ``rows_of``.
+            With a temperature above 0, per step: ``k`` (mean committed per row), ``k_max``, ``tv`` (mean over rows
             of the error of committing the row's set at once; 0 for a single position), ``tv_low``/``tv_high`` (its
             interval, means), ``tv_max``, ``first_order`` (influence estimate, mean), ``certificate`` (mean
             Frechet-Hoeffding certificate), ``violated`` (fraction of rows whose error exceeds it for sure) and
@@ -88,7 +105,8 @@ class SamplerTrace:
         parallel_seconds: the time the parallel measurement took (the sampler's own time excluded).
         parallel_problem: why the parallel measurement stopped (warned once), ``None`` when it ran at every step.
         parallel_order: the commit order the parallel measurement assumed (:data:`ORDER`).
-        parallel_steps: the steps measured (the entries of :attr:`parallel`, in order); parallel_skipped: the steps
+        parallel_steps: the steps measured (the entries of :attr:`parallel`, in order), as indices into
+            :attr:`committed`: the transition each measured; parallel_skipped: the steps
             committing two or more positions of which no row was, to keep the measurement within ``overhead``;
             parallel_rows_total: the rows, over all steps, that committed two or more positions.
     """
@@ -98,8 +116,12 @@ class SamplerTrace:
     masked_fraction: list[float] = field(default_factory=list)
     committed: list[int] = field(default_factory=list)
     overwritten: list[int] = field(default_factory=list)
+    start: Tensor | None = None
     final: Tensor | None = None
+    temperature: float = 1.0
+    mask_id: int | None = None
     effective: dict[str, float] = field(default_factory=dict)
+    looks_greedy: str | None = None
     metrics: list[dict[str, float]] = field(default_factory=list)
     output: Any = None
     problem: str | None = None
@@ -114,32 +136,49 @@ class SamplerTrace:
 
     def summary(self) -> dict[str, float]:
         """``steps``, ``committed``, ``overwritten`` (totals), ``overwrite_fraction`` (of commits), the final width and
-        the effective temperature; with ``parallel``: ``parallel_k_mean``, ``parallel_k_max``, ``parallel_tv_mean``
-        (over steps), ``parallel_tv_max``, ``parallel_tv_high_max``, ``parallel_first_order_max``,
-        ``parallel_certificate_violated`` and ``parallel_near_ties`` (means over steps of the fraction of rows),
-        ``parallel_order_spread_max`` (with ``order_spread=True``), ``parallel_seconds`` and
-        ``parallel_measured_share`` (the rows measured over all rows, over all steps, that committed two or
-        more positions)."""
+        the effective temperature. With ``parallel``, always (``nan`` where no step was measured):
+        ``parallel_steps_measured``, ``parallel_rows_measured``, ``parallel_rows_total`` (rows, over all steps, that
+        committed two or more positions), ``parallel_skipped``, ``parallel_measured_share`` (measured over total),
+        ``parallel_seconds``, ``parallel_k_mean``, ``parallel_k_max``, ``parallel_near_ties`` (mean over steps of the
+        share of rows); for a greedy sampler ``parallel_differ_mean`` (over steps), ``parallel_differ_max``,
+        ``parallel_differ_share`` (differing tokens over measured committed tokens) and ``parallel_exact_match``
+        (mean over steps); else ``parallel_tv_mean`` (over steps), ``parallel_tv_max``, ``parallel_tv_high_max``,
+        ``parallel_first_order_max``, ``parallel_certificate_violated`` (mean over steps of the share of rows) and,
+        with ``order_spread=True``, ``parallel_order_spread_max``."""
         committed, overwritten = sum(self.committed), sum(self.overwritten)
         out = {"steps": float(self.steps), "committed": float(committed), "overwritten": float(overwritten),
                "overwrite_fraction": overwritten / committed if committed else math.nan,
                "final_width": float(self.widths[-1]) if self.widths else math.nan, **self.effective}
-        if self.parallel:
-            def column(key: str) -> torch.Tensor:
-                return torch.tensor([step[key] for step in self.parallel], dtype=torch.float64)
+        if self.parallel_order is not None:
+            out.update(self._parallel_summary())
+        return out
 
-            out.update({"parallel_k_mean": float(column("k").mean()),
-                        "parallel_k_max": float(column("k_max").max()),
-                        "parallel_tv_mean": float(column("tv").mean()),
-                        "parallel_tv_max": float(column("tv_max").max()),
-                        "parallel_tv_high_max": float(column("tv_high").max()),
-                        "parallel_first_order_max": float(column("first_order").max()),
-                        "parallel_certificate_violated": float(column("violated").mean()),
-                        "parallel_near_ties": float(column("near_ties").mean()),
-                        "parallel_seconds": self.parallel_seconds,
-                        "parallel_measured_share": float(column("rows").sum()) / self.parallel_rows_total})
-            if "order_spread" in self.parallel[0]:
-                out["parallel_order_spread_max"] = float(column("order_spread_max").max())
+    def _parallel_summary(self) -> dict[str, float]:
+        def column(key: str) -> torch.Tensor:
+            return torch.tensor([step[key] for step in self.parallel if key in step], dtype=torch.float64)
+
+        def reduce(key: str, how: str) -> float:
+            values = column(key)
+            return float(getattr(values, how)()) if len(values) else math.nan
+
+        rows = float(column("rows").sum())
+        out = {"parallel_steps_measured": float(len(self.parallel)), "parallel_rows_measured": rows,
+               "parallel_rows_total": float(self.parallel_rows_total), "parallel_skipped": float(self.parallel_skipped),
+               "parallel_measured_share": rows / self.parallel_rows_total if self.parallel_rows_total else math.nan,
+               "parallel_seconds": self.parallel_seconds, "parallel_k_mean": reduce("k", "mean"),
+               "parallel_k_max": reduce("k_max", "max"), "parallel_near_ties": reduce("near_ties", "mean")}
+        if self.temperature == 0:
+            tokens = float(column("tokens").sum())
+            return {**out, "parallel_differ_mean": reduce("differ", "mean"),
+                    "parallel_differ_max": reduce("differ_max", "max"),
+                    "parallel_differ_share": float(column("differ_tokens").sum()) / tokens if tokens else math.nan,
+                    "parallel_exact_match": reduce("exact_match", "mean")}
+        out.update({"parallel_tv_mean": reduce("tv", "mean"), "parallel_tv_max": reduce("tv_max", "max"),
+                    "parallel_tv_high_max": reduce("tv_high", "max"),
+                    "parallel_first_order_max": reduce("first_order", "max"),
+                    "parallel_certificate_violated": reduce("violated", "mean")})
+        if any("order_spread" in step for step in self.parallel):
+            out["parallel_order_spread_max"] = reduce("order_spread_max", "max")
         return out
 
 
@@ -196,6 +235,10 @@ TIE = 1e-4
 """Two committed positions whose confidences differ by less than this are a near-tie: float rounding, another
 batch shape or bf16 can put either first, and the error may depend on which."""
 
+GREEDY_EVIDENCE = 1e-3
+"""A sampler watched at a temperature above 0 whose commits were all argmax, with a probability below this under
+that temperature, is warned about as greedy."""
+
 ORDER = "most confident first (the sampler's own order is not visible to the watch)"
 """The commit order the parallel measurement assumes within a step."""
 
@@ -208,24 +251,33 @@ class _Parallel:
                  order_spread: bool = False, top_k: int | None = None, top_p: float | None = None) -> None:
         self.denoiser, self.temperature, self.samples, self.top_m = denoiser, temperature, samples, top_m
         self.top_k, self.top_p = top_k, top_p
+        self.greedy = temperature == 0
         self.orders = 1 if order_spread else 0
         self.generator = torch.Generator(device=denoiser.device).manual_seed(0)
 
     def predicted_rows(self, counts: Tensor) -> int:
         """Forward rows :meth:`measure` will take for rows committing ``counts [B]`` positions (the cost formulas of
         :func:`~mlm_dynamics.diagnostics.parallel.parallel_commit_error`: its exact tree where small, else its Monte
-        Carlo draws, plus ``k top_m`` for the influence estimate and the one row of its batch check)."""
+        Carlo draws, plus ``k top_m`` for the influence estimate and the one row of its batch check; greedy: the
+        ``k - 1`` rows of :func:`~mlm_dynamics.diagnostics.parallel.greedy_commit_error`)."""
         allowed = int(self.denoiser.vocab.allowed_mask().sum())
         rows = 0
         for k in sorted(set(counts.tolist()) - {0, 1}):
+            if self.greedy:
+                rows += int((counts == k).sum()) * (k - 1) + 1
+                continue
             tree = sum(allowed ** j for j in range(k))
             per_row = tree * (1 + self.orders) if enumerable(allowed, k) else \
                 1 + self.samples * (k - 1) * (1 + self.orders)
             rows += int((counts == k).sum()) * (per_row + k * self.top_m) + 1
         return rows
 
-    def measure(self, before: Tensor, committed: Tensor, mask: Tensor | None) -> dict[str, float]:
-        """Per row of ``before [B, L]`` the set ``committed [B, L]``: the means of :attr:`SamplerTrace.parallel`."""
+    def measure(self, before: Tensor, committed: Tensor, mask: Tensor | None, after: Tensor,
+                confidence: Tensor) -> dict[str, float]:
+        """Per row of ``before [B, L]`` the set ``committed [B, L]`` (its tokens in ``after``, each position's
+        confidence in ``confidence [B, L]``, for the greedy order): the means of :attr:`SamplerTrace.parallel`."""
+        if self.greedy:
+            return self._measure_greedy(before, committed, mask, after, confidence)
         device = self.denoiser.device
         counts = committed.sum(1)
         zeros = torch.zeros(len(counts), dtype=torch.float64)
@@ -263,6 +315,31 @@ class _Parallel:
                 **({"order_spread": float(spread[measured].mean()) if bool(measured.any()) else 0.0,
                     "order_spread_max": float(spread[measured].max()) if bool(measured.any()) else 0.0}
                    if self.orders else {})}
+
+    def _measure_greedy(self, before: Tensor, committed: Tensor, mask: Tensor | None, after: Tensor,
+                        confidence: Tensor) -> dict[str, float]:
+        """A greedy step: per row, the committed tokens against the sequential greedy decode from the same state,
+        most confident first (:func:`~mlm_dynamics.diagnostics.parallel.greedy_commit_error`)."""
+        device = self.denoiser.device
+        counts = committed.sum(1)
+        differ = torch.zeros(len(counts), dtype=torch.long)
+        ties = torch.zeros(len(counts), dtype=torch.bool)
+        for k in sorted(set(counts.tolist()) - {0, 1}):
+            rows = (counts == k).nonzero().squeeze(1)
+            positions = committed[rows].nonzero()[:, 1].view(len(rows), k)
+            order = confidence[rows].gather(1, positions).argsort(dim=1, descending=True, stable=True)
+            positions = positions.gather(1, order)
+            error = greedy_commit_error(self.denoiser, before[rows].to(device), positions.to(device),
+                                        after[rows].gather(1, positions).to(device),
+                                        attention_mask=None if mask is None else mask[rows].to(device))
+            gaps = confidence[rows].gather(1, positions).diff(dim=1).abs()  # the commit order's near-ties
+            differ[rows], ties[rows] = error.differ.cpu(), error.near_ties.cpu() | (gaps < TIE).any(1)
+        measured = counts >= 2
+        return {"k": float(counts.double().mean()), "k_max": float(counts.max()),
+                "differ": float(differ[measured].double().mean()), "differ_max": float(differ.max()),
+                "differ_tokens": float(differ.sum()), "tokens": float(counts[measured].sum()),
+                "exact_match": float((differ[measured] == 0).double().mean()),
+                "near_ties": float(ties[measured].double().mean()), "exact": 1.0}
 
 
 def _vocab_size(model: nn.Module) -> int | None:
@@ -412,6 +489,8 @@ class _Watcher:
             self.trace.masked_fraction.append(float(masked.double().mean()))
             kept = logits[masked.to(logits.device)].float()  # stays on the model's device
             kept[:, self.mask_id] = -math.inf  # the mask id is never drawn
+            if self.previous is None:
+                self.trace.start = tokens
             self.previous = (tokens, kept)
         self._observe(tokens, masked, force=logits is None)
 
@@ -422,6 +501,7 @@ class _Watcher:
         committed = was_masked & (now != self.mask_id)
         self.trace.committed.append(int(committed.sum()))
         self.trace.overwritten.append(int((~was_masked & (now != before[:, :width])).sum()))
+        confidence = torch.full(committed.shape, math.nan, dtype=torch.float64)
         if committed.any():
             index = torch.zeros_like(before, dtype=torch.bool)
             index[:, :width] = committed
@@ -430,9 +510,9 @@ class _Watcher:
                 raise ValueError("a position was committed whose logits the sampler's last (KV-cached) call did not "
                                  "compute, so its law is unknown")
             draws = now[committed]
-            if self.temperature == 0:  # a greedy sampler: is each commit its position's argmax?
-                self.argmax += int((logits[chosen].argmax(-1).cpu() == draws).sum())
-            else:
+            confidence[committed] = logits[chosen].double().softmax(-1).amax(-1).cpu()
+            self.argmax += int((logits[chosen].argmax(-1).cpu() == draws).sum())  # a greedy sampler's every commit
+            if self.temperature > 0:
                 rows = logits[chosen]
                 if self.top_k is not None or self.top_p is not None:  # the law the sampler draws from: truncated
                     allowed = torch.ones(rows.shape[-1], dtype=torch.bool, device=rows.device)
@@ -443,11 +523,11 @@ class _Watcher:
                 self.expected = self.expected + expected
             self.count += int(committed.sum())
         if self.parallel is not None:
-            self._measure_parallel(before[:, :width], committed)
+            self._measure_parallel(before[:, :width], committed, now, confidence)
         if after.shape[1] != before.shape[1] and self.monitor is not None:
             self._restart(after)
 
-    def _measure_parallel(self, before: Tensor, committed: Tensor) -> None:
+    def _measure_parallel(self, before: Tensor, committed: Tensor, after: Tensor, confidence: Tensor) -> None:
         """The error of the step's committed sets on as many of its rows (those committing two or more positions,
         first ones first) as keep the measurement within ``overhead`` of the sampler's own time so far, each row's
         cost predicted from its forward rows; a step with no row that fits is skipped (counted). A failure stops
@@ -475,9 +555,10 @@ class _Watcher:
         mask = self.row_mask if self.row_mask is None or self.row_mask.shape == before.shape else None
         try:
             with torch.no_grad():
-                measured = self.parallel.measure(before[rows], committed[rows], None if mask is None else mask[rows])
+                measured = self.parallel.measure(before[rows], committed[rows], None if mask is None else mask[rows],
+                                                 after[rows], confidence[rows])
             self.trace.parallel.append({**measured, "rows": float(chosen), "rows_of": float(len(candidates))})
-            self.trace.parallel_steps.append(self.trace.steps)
+            self.trace.parallel_steps.append(len(self.trace.committed) - 1)
             self.row_seconds = max(self.row_seconds or 0.0, (time.perf_counter() - started) / max(predicted, 1))
         except (ValueError, RuntimeError) as error:
             self.trace.parallel_problem = (f"the parallel measurement stopped at step {self.trace.steps}: {error}; "
@@ -541,9 +622,103 @@ class _Watcher:
         if self.count and self.temperature == 0:
             self.trace.effective = {"argmax_fraction": self.argmax / self.count}
         elif self.count:
-            self.trace.effective = effective_temperature_from(self.total, self.squares, self.expected, self.count,
-                                                              self.temperature)
+            self.trace.effective = {**effective_temperature_from(self.total, self.squares, self.expected, self.count,
+                                                                 self.temperature),
+                                    "argmax_fraction": self.argmax / self.count}
+            self._check_greedy()
+        self._check_parallel_measured()
         return self.trace
+
+    def _check_greedy(self) -> None:
+        """A sampler watched at a temperature above 0 whose every commit was its position's argmax, where a sampler
+        drawing at that temperature does so with probability (the product of the draws' probabilities)
+        below :data:`GREEDY_EVIDENCE`: warned once and said in :attr:`SamplerTrace.looks_greedy`."""
+        chance = math.exp(-float(self.total))
+        if self.argmax == self.count and chance < GREEDY_EVIDENCE:
+            self.trace.looks_greedy = (
+                f"all {self.count} commits were their position's argmax, which a sampler drawing at temperature "
+                f"{self.temperature:g} does with probability {chance:.2g}: the sampler looks greedy, and what was "
+                f"measured is for a temperature-{self.temperature:g} sampler that never ran; pass temperature=0")
+            warnings.warn(f"monitor_sampler: {self.trace.looks_greedy}", RuntimeWarning, stacklevel=4)
+
+    def _check_parallel_measured(self) -> None:
+        """``parallel=True`` with steps that committed two or more positions, none of which was measured (every one
+        over the ``overhead`` budget): warned once and said in :attr:`SamplerTrace.parallel_problem`."""
+        if self.parallel is not None and self.trace.parallel_skipped and not self.trace.parallel:
+            self.trace.parallel_problem = (
+                f"no step was measured: {self.trace.parallel_skipped} steps committed two or more positions and none "
+                "fitted within the overhead budget (raise overhead=, or None to measure every step)")
+            warnings.warn(f"monitor_sampler: {self.trace.parallel_problem}", RuntimeWarning, stacklevel=4)
+
+
+@dataclass
+class DecodeAgreement:
+    """:func:`decode_agreement`: a decode against a reference decode of the same prompts.
+
+    Attributes:
+        row_agreement: ``[B]`` per prompt, the share of its generated positions (masked in the first step, or
+            appended later) where the two decodes chose the same token.
+        token_agreement: the share over all generated positions.
+        exact_match: the share of prompts whose generated tokens are all the reference's; exact_match_low: its
+            one-sided Clopper-Pearson lower limit at ``level``, for prompts drawn like these.
+        forwards, reference_forwards: the model calls each decode made (outermost forwards, the watch's steps);
+            forwards_saved: ``1 - forwards / reference_forwards``.
+        level: the lower limit's level.
+    """
+
+    row_agreement: Tensor
+    token_agreement: float
+    exact_match: float
+    exact_match_low: float
+    forwards: int
+    reference_forwards: int
+    forwards_saved: float
+    level: float
+
+    def summary(self) -> dict[str, float]:
+        """The scalars: ``token_agreement``, ``exact_match``, ``exact_match_low``, ``forwards``,
+        ``reference_forwards``, ``forwards_saved``, ``prompts``."""
+        return {"token_agreement": self.token_agreement, "exact_match": self.exact_match,
+                "exact_match_low": self.exact_match_low, "forwards": float(self.forwards),
+                "reference_forwards": float(self.reference_forwards), "forwards_saved": self.forwards_saved,
+                "prompts": float(len(self.row_agreement))}
+
+
+def decode_agreement(trace: SamplerTrace, reference: SamplerTrace, *, level: float = 0.95) -> DecodeAgreement:
+    """How a decode (``trace``: say Fast-dLLM at its threshold, or LLaDA at ``K`` tokens a step, greedy) agrees with
+    a reference decode of the same prompts (``reference``: the same sampler committing one token per forward), both
+    watched by :func:`monitor_sampler`: per prompt and overall, the share of generated tokens that agree, the share
+    of prompts decoded exactly as the reference (with a lower confidence limit), and the forwards saved. For greedy
+    decodes the comparison is deterministic; for sampled ones it compares two draws (run both with one seed, or read
+    the per-step ``tv`` of ``parallel=True`` instead). Cost: none (the traces' tokens)."""
+    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
+        raise ValueError(f"level must lie in (0, 1), got {level!r}")
+    for name, seen in (("trace", trace), ("reference", reference)):
+        if not isinstance(seen, SamplerTrace) or seen.start is None or seen.final is None:
+            raise ValueError(f"{name} must be a SamplerTrace of a watched decode (monitor_sampler) that saw its first "
+                             "step and its output")
+    assert trace.start is not None and trace.final is not None  # checked above, for the type checker
+    assert reference.start is not None and reference.final is not None
+    if trace.start.shape != reference.start.shape or not torch.equal(trace.start, reference.start):
+        raise ValueError(f"reference: its first step's tokens {tuple(reference.start.shape)} are not the trace's "
+                         f"{tuple(trace.start.shape)}: decode the same prompts with the same masked region")
+    if trace.final.shape != reference.final.shape:
+        raise ValueError(f"reference: its output {tuple(reference.final.shape)} is not shaped like the trace's "
+                         f"{tuple(trace.final.shape)}")
+    generated = torch.ones(trace.final.shape, dtype=torch.bool)
+    generated[:, : trace.start.shape[1]] = trace.start == trace.mask_id
+    counts = generated.sum(1)
+    if not bool((counts > 0).all()):
+        raise ValueError("trace: a prompt with no masked position in its first step generated nothing to compare")
+    agree = (trace.final == reference.final) & generated
+    rows = agree.sum(1).double() / counts
+    exact = int((agree.sum(1) == counts).sum())
+    return DecodeAgreement(row_agreement=rows, token_agreement=float(agree.sum()) / float(counts.sum()),
+                           exact_match=exact / len(rows), exact_match_low=clopper_pearson_lower(exact, len(rows),
+                                                                                                1 - level),
+                           forwards=trace.steps, reference_forwards=reference.steps,
+                           forwards_saved=1 - trace.steps / reference.steps if reference.steps else math.nan,
+                           level=float(level))
 
 
 def monitor_sampler(model: nn.Module, run: Callable[[], Any], monitor: ChainMonitor | None = None, *,
@@ -554,7 +729,8 @@ def monitor_sampler(model: nn.Module, run: Callable[[], Any], monitor: ChainMoni
                     overhead: float | None = 0.05) -> SamplerTrace:
     """Run ``run()`` (a sampler calling ``model``, unmodified) and watch each of its denoising steps; see the module
     docstring. ``temperature``: the temperature the sampler draws at (the reference of the effective temperature and
-    of the parallel measurement; 0 for a greedy sampler, whose commits are checked against their argmax);
+    of the parallel measurement; 0 for a greedy sampler, whose commits are checked against their argmax and, with
+    ``parallel``, against the sequential greedy decode);
     ``top_k``/``top_p``: the sampler's truncation (nucleus sampling), the law both measure against.
     ``parallel``: measure each step's committed sets (``parallel_samples`` Monte Carlo draws where the tree is large,
     ``top_m`` values per position for the influence estimate) through ``denoiser`` (default: the model's exact
@@ -596,10 +772,6 @@ def monitor_sampler(model: nn.Module, run: Callable[[], Any], monitor: ChainMoni
                          f"commits), got {temperature!r}")
     check_truncation(top_k, top_p)
     check_overhead(overhead)
-    if parallel and temperature == 0:
-        raise ValueError("parallel: the error of committing several positions at once is measured against the "
-                         "sampler's law, and a greedy sampler (temperature=0) has none yet; run without parallel=True "
-                         "(the trace says whether every commit was its position's argmax)")
     if mask_id is not None and (isinstance(mask_id, bool) or not isinstance(mask_id, int) or mask_id < 0):
         raise ValueError(f"mask_id must be a token id (an integer >= 0), got {mask_id!r}")
     size = _vocab_size(model)
@@ -644,6 +816,7 @@ def monitor_sampler(model: nn.Module, run: Callable[[], Any], monitor: ChainMoni
     watcher = _Watcher(mask_id, shift, temperature, monitor, measure, top_k, top_p, overhead,
                        padding_id if isinstance(padding_id, int) and padding_id != mask_id else None)
     watcher.trace.parallel_order = ORDER if measure is not None else None
+    watcher.trace.temperature, watcher.trace.mask_id = float(temperature), mask_id
     own = model.__dict__.get("forward")  # an instance attribute of its own, put back afterwards
     model.forward = watcher.watch(model.forward)
     try:
@@ -656,4 +829,5 @@ def monitor_sampler(model: nn.Module, run: Callable[[], Any], monitor: ChainMoni
     return watcher.finish(output)
 
 
-__all__ = ["ORDER", "TIE", "SamplerTrace", "monitor_sampler", "padded_rows"]
+__all__ = ["GREEDY_EVIDENCE", "ORDER", "TIE", "DecodeAgreement", "SamplerTrace", "decode_agreement", "monitor_sampler",
+           "padded_rows"]
