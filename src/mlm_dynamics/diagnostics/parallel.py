@@ -81,7 +81,6 @@ from ..models.base import Denoiser, check_attention_mask, require_integer
 from ..models.toy import enumerate_states
 from ..sampling.categorical import check_temperature, check_truncation, inverse_cdf, tempered_log_probs
 from .means import betting_interval
-from .witness import clopper_pearson_lower
 
 Law = Callable[[Tensor], Tensor]
 
@@ -669,21 +668,57 @@ def rule_commit_count(confidence: Tensor, rule: str, parameter: float) -> Tensor
     return keep.long().cumprod(1).sum(1).clamp_min(1)
 
 
+THRESHOLD_GRID: tuple[float, ...] = (
+    1.0, 0.999, 0.995, *(round(0.99 - 0.01 * i, 2) for i in range(50)), *(round(0.45 - 0.05 * i, 2) for i in range(8)))
+"""The confidence thresholds a :class:`DecodingSetting` is chosen among, most cautious first; fixed before any row is
+seen, as the fixed-sequence test needs."""
+
+
+def rows_for_guarantee(share: float, level: float) -> int:
+    """The fewest calibration rows for which any setting can be certified to keep the target on ``share`` of fresh
+    rows at ``level``: with none of ``n`` rows over it, the binomial p-value ``share^n`` must reach ``1 - level``,
+    ``n >= log(1 - level) / log(share)`` (29 at 90 % and 95 %)."""
+    return math.ceil(math.log(1 - level) / math.log(share) - 1e-12)
+
+
+def fixed_sequence(over: Tensor, share: float, level: float) -> tuple[int, Tensor]:
+    """Learn-then-Test with fixed-sequence testing (Angelopoulos, Bates, Candes, Jordan and Lei): ``over [N, C]``
+    says, for each of ``N`` calibration rows (i.i.d. draws of the decoding states) and ``C`` candidate settings in a
+    fixed order, whether the row passes the target at that setting. Each null ``R_c > 1 - share`` (the share of fresh
+    rows over the target) is tested with the exact binomial p-value ``p_c = P(Bin(N, 1 - share) <= #over_c)``, in
+    order, while ``p_c <= 1 - level``; stopping at the first that is not rejected keeps the family-wise error at
+    ``1 - level`` without a multiplicity correction. Returns the index of the last candidate certified (``-1`` for
+    none) and the p-values ``[C]`` (``nan`` past the stop). Cost: no forward."""
+    counts = over.sum(0).tolist()
+    p_values = torch.full((over.shape[1],), math.nan, dtype=torch.float64)
+    last = -1
+    for c, failures in enumerate(counts):
+        p_values[c] = float(stats.binom.cdf(failures, over.shape[0], 1 - share))
+        if p_values[c] > 1 - level:
+            break
+        last = c
+    return last, p_values
+
+
 @dataclass(frozen=True)
 class DecodingSetting:
-    """For one error target: the one confidence threshold and the one K a sampler can be set to, chosen on some
-    rows of a :class:`ConfidenceProfile` and checked on the others (:meth:`ConfidenceProfile.setting`).
+    """For one error target: the one confidence threshold and the one K a sampler can be set to, each with a
+    distribution-free guarantee (:meth:`ConfidenceProfile.setting`): with probability at least ``level`` over the
+    calibration rows, the share of fresh rows (decoding states drawn as the calibration rows were) whose error stays
+    at or below ``target`` is at least ``share``. Certified by Learn-then-Test (:func:`fixed_sequence`) over a grid
+    fixed in advance: thresholds :data:`THRESHOLD_GRID` from 1 down, K from 2 up; one position a step (threshold 1,
+    ``K = 1``) commits nothing at once and needs no test.
 
     Attributes:
-        target: the error the setting keeps; share: the share of rows it must keep it on; level: the level of the
-            held-out share's lower limit.
-        threshold: commit every candidate whose confidence is at least this (the most confident one always); the
-            smallest such value that kept the error at or below ``target`` for sure (its interval's upper end) on at
-            least ``share`` of the rows it was chosen on, at every larger candidate value as well.
-        k: commit the ``k`` most confident; the largest with the same property.
-        chosen_on, checked_on: the rows it was chosen on and the held-out rows it was checked on.
-        threshold_share, k_share: the share of held-out rows whose error stayed at or below ``target`` for sure
-            (``nan`` without held-out rows); threshold_share_low, k_share_low: their Clopper-Pearson lower limits.
+        target: the error the setting keeps (a row's error read as its interval's upper end: exact where
+            enumerated); share: the guaranteed share of fresh rows kept; level: the guarantee's probability.
+        threshold: commit every candidate whose confidence is at least this (the most confident one always): the
+            smallest value of the grid certified, with every larger one before it.
+        k: commit the ``k`` most confident: the largest certified, with every smaller one.
+        calibrated_on: the calibration rows; rows_needed: the fewest that can certify anything at ``share`` and
+            ``level`` (:func:`rows_for_guarantee`).
+        threshold_over, k_over: calibration rows over the target at the chosen threshold and K.
+        threshold_p, k_p: their binomial p-values (``nan`` for one position a step, certified by construction).
     """
 
     target: float
@@ -691,19 +726,19 @@ class DecodingSetting:
     level: float
     threshold: float
     k: int
-    chosen_on: int
-    checked_on: int
-    threshold_share: float
-    threshold_share_low: float
-    k_share: float
-    k_share_low: float
+    calibrated_on: int
+    rows_needed: int
+    threshold_over: int
+    k_over: int
+    threshold_p: float
+    k_p: float
 
     def summary(self) -> dict[str, float]:
-        """``threshold``, ``k``, the held-out shares and their lower limits, and the row counts."""
-        return {"threshold": self.threshold, "k": float(self.k), "threshold_share": self.threshold_share,
-                "threshold_share_low": self.threshold_share_low, "k_share": self.k_share,
-                "k_share_low": self.k_share_low, "chosen_on": float(self.chosen_on),
-                "checked_on": float(self.checked_on)}
+        """``threshold``, ``k``, ``share``, ``level``, the calibration counts and the p-values."""
+        return {"threshold": self.threshold, "k": float(self.k), "share": self.share, "level": self.level,
+                "calibrated_on": float(self.calibrated_on), "rows_needed": float(self.rows_needed),
+                "threshold_over": float(self.threshold_over), "k_over": float(self.k_over),
+                "threshold_p": self.threshold_p, "k_p": self.k_p}
 
 
 @dataclass
@@ -772,49 +807,47 @@ class ConfidenceProfile:
         return (self.tv_high[rows].gather(1, (k - 1)[:, None])[:, 0] <= target) & (commits <= self.max_k)
 
     def setting(self, target: float, *, share: float = 0.9, level: float = 0.95) -> DecodingSetting:
-        """The one threshold and the one K for ``target`` (:class:`DecodingSetting`): chosen on the first half of the
-        rows (rounded up), checked on the rest. A setting, not a mean: each row's own :meth:`keep` would commit more
-        on some rows and pass the target on others. Cost: no forward."""
+        """The one threshold and the one K for ``target``, each guaranteed to keep it on ``share`` of fresh rows with
+        probability ``level`` over these rows (:class:`DecodingSetting`; Learn-then-Test over a grid fixed in
+        advance). A setting, not a mean: each row's own :meth:`keep` would commit more on some rows and pass the
+        target on others. The rows must be independent draws of the decoding states the setting will meet (the
+        user's prompts, or the model's own states); a ValueError naming how many are needed where they are too few
+        for any guarantee. Cost: no forward."""
         (target,) = check_targets([target], "target")
         for name, value in (("share", share), ("level", level)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
                 raise ValueError(f"{name} must lie in (0, 1), got {value!r}")
         rows = self.confidence.shape[0]
-        chosen = torch.arange((rows + 1) // 2, device=self.confidence.device)
-        held = torch.arange((rows + 1) // 2, rows, device=self.confidence.device)
-
-        def commits(which: Tensor, threshold: float) -> Tensor:
-            return rule_commit_count(self.confidence[which], "threshold", threshold)
-
-        threshold = 1.0  # one position a step (the most confident is always committed), unless some are certain
-        for value in sorted(set(self.confidence[chosen].flatten().tolist()), reverse=True):
-            if float(self._kept(chosen, commits(chosen, value), target).double().mean()) < share:
-                break
-            threshold = value
-        k = 1
-        for n in range(2, self.max_k + 1):
-            if float(self._kept(chosen, torch.full((len(chosen),), n, device=chosen.device), target)
-                     .double().mean()) < share:
-                break
-            k = n
-
-        def checked(kept: Tensor) -> tuple[float, float]:
-            if not len(kept):
-                return math.nan, math.nan
-            return float(kept.double().mean()), clopper_pearson_lower(int(kept.sum()), len(kept), 1 - level)
-
-        threshold_share, threshold_low = checked(self._kept(held, commits(held, threshold), target))
-        k_share, k_low = checked(self._kept(held, torch.full((len(held),), k, device=held.device), target))
-        return DecodingSetting(target=target, share=float(share), level=float(level), threshold=float(threshold),
-                               k=k, chosen_on=len(chosen), checked_on=len(held), threshold_share=threshold_share,
-                               threshold_share_low=threshold_low, k_share=k_share, k_share_low=k_low)
+        needed = rows_for_guarantee(share, level)
+        if rows < needed:
+            raise ValueError(f"rows: a setting that keeps the target on {share:.0%} of fresh rows with probability "
+                             f"{level:.0%} needs at least {needed} calibration rows; the profile has {rows} (measure "
+                             "more prompts or decoding states)")
+        every = torch.arange(rows, device=self.confidence.device)
+        thresholds = THRESHOLD_GRID[1:]
+        over = torch.stack([~self._kept(every, rule_commit_count(self.confidence, "threshold", value), target)
+                            for value in thresholds], 1).cpu()
+        last, p_threshold = fixed_sequence(over, share, level)
+        threshold_over = int(over[:, last].sum()) if last >= 0 else 0
+        ks = list(range(2, self.max_k + 1))
+        over_k = torch.stack([~self._kept(every, torch.full((rows,), n, device=every.device), target)
+                              for n in ks], 1).cpu() if ks else torch.zeros(rows, 0, dtype=torch.bool)
+        last_k, p_k = fixed_sequence(over_k, share, level)
+        return DecodingSetting(target=target, share=float(share), level=float(level),
+                               threshold=thresholds[last] if last >= 0 else THRESHOLD_GRID[0],
+                               k=ks[last_k] if last_k >= 0 else 1, calibrated_on=rows, rows_needed=needed,
+                               threshold_over=threshold_over,
+                               k_over=int(over_k[:, last_k].sum()) if last_k >= 0 else 0,
+                               threshold_p=float(p_threshold[last]) if last >= 0 else math.nan,
+                               k_p=float(p_k[last_k]) if last_k >= 0 else math.nan)
 
     def summary(self) -> dict[str, float]:
         """Means over rows: ``tv_k{n}``, ``tv_high_k{n}``, ``first_order_k{n}``, ``certificate_k{n}`` for each ``n``;
         per rule ``{rule}{parameter}/k``, ``/tv``, ``/certificate``, ``/violated`` (fraction of rows), ``/capped``;
-        per target the :meth:`setting` (90 % of rows): ``k_for_tv{target}``, ``threshold_for_tv{target}`` and the
-        held-out shares they kept, ``k_share_for_tv{target}``, ``threshold_share_for_tv{target}``; ``exact`` (1
-        when every ``n`` was enumerated) and ``forward_rows``."""
+        per target the :meth:`setting` (guaranteed on 90 % of fresh rows at 95 %; ``nan`` with fewer rows than that
+        needs, :func:`rows_for_guarantee`): ``k_for_tv{target}``, ``threshold_for_tv{target}`` and the shares of
+        these rows they left over the target, ``k_over_for_tv{target}``, ``threshold_over_for_tv{target}``;
+        ``exact`` (1 when every ``n`` was enumerated) and ``forward_rows``."""
         out: dict[str, float] = {}
         for n in range(1, self.max_k + 1):
             out[f"tv_k{n}"] = float(self.tv[:, n - 1].mean())
@@ -825,12 +858,16 @@ class ConfidenceProfile:
             outcome = self.rule_outcome(rule, parameter)
             for key in ("k", "tv", "certificate", "violated", "capped"):
                 out[f"{rule}{parameter:g}/{key}"] = float(outcome[key].double().mean())
+        rows = self.confidence.shape[0]
         for target in self.targets:
-            setting = self.setting(target)
-            out[f"k_for_tv{target:g}"] = float(setting.k)
-            out[f"threshold_for_tv{target:g}"] = setting.threshold
-            out[f"k_share_for_tv{target:g}"] = setting.k_share
-            out[f"threshold_share_for_tv{target:g}"] = setting.threshold_share
+            if rows < rows_for_guarantee(0.9, 0.95):
+                values = (math.nan,) * 4
+            else:
+                setting = self.setting(target)
+                values = (float(setting.k), setting.threshold, setting.k_over / rows, setting.threshold_over / rows)
+            for key, value in zip(("k_for_tv", "threshold_for_tv", "k_over_for_tv", "threshold_over_for_tv"), values,
+                                  strict=True):
+                out[f"{key}{target:g}"] = value
         out["exact"] = float(bool(self.exact.all()))
         out["forward_rows"] = float(self.forward_rows)
         return out
@@ -934,6 +971,7 @@ __all__ = [
     "GREEDY_TIE",
     "MAX_ROWS",
     "RULES",
+    "THRESHOLD_GRID",
     "ConfidenceProfile",
     "DecodingSetting",
     "FirstOrderError",
@@ -946,6 +984,9 @@ __all__ = [
     "confidences",
     "enumerable",
     "first_order_error",
+    "fixed_sequence",
+    "greedy_commit_error",
     "parallel_commit_error",
+    "rows_for_guarantee",
     "rule_commit_count",
 ]

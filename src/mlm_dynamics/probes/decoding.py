@@ -53,15 +53,15 @@ class ParallelDecodingProbe(Probe):
                       "fraction", "for each rule"),
             MetricKey("{rule}/capped", "fraction of rows where the rule would commit more than the window",
                       "fraction", "for each rule"),
-            MetricKey("k_for_tv{target}", "the one K to set: the largest whose top-K sets keep the target error "
-                                          "for sure on 90 % of the rows it was chosen on (the first half)",
-                      "count", "for each target"),
-            MetricKey("threshold_for_tv{target}", "the one confidence threshold to set, chosen the same way",
+            MetricKey("k_for_tv{target}", "the one K to set: the largest certified (Learn-then-Test) to keep the "
+                                          "target error on 90 % of fresh rows with probability 95 %; nan with "
+                                          "fewer rows than that needs (29)", "count", "for each target"),
+            MetricKey("threshold_for_tv{target}", "the one confidence threshold to set, certified the same way",
                       "probability", "for each target"),
-            MetricKey("k_share_for_tv{target}", "share of the held-out rows (the second half) on which that K kept "
-                                                "the target for sure", "fraction", "for each target"),
-            MetricKey("threshold_share_for_tv{target}", "share of the held-out rows on which that threshold kept "
-                                                        "the target for sure", "fraction", "for each target"),
+            MetricKey("k_over_for_tv{target}", "share of the calibration rows over the target at that K",
+                      "fraction", "for each target"),
+            MetricKey("threshold_over_for_tv{target}", "share of the calibration rows over the target at that "
+                                                       "threshold", "fraction", "for each target"),
             MetricKey("exact", "1 when every error was enumerated exactly, 0 when some are Monte Carlo estimates",
                       "flag"),
             MetricKey("forward_rows", "rows through the model in the run", "count"), *SCHEDULE_KEYS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..diagnostics.parallel import rows_for_guarantee
 from ..experiments.config import to_dict
 from ..experiments.decoding import DecodingResult, ParallelDecodingConfig
 from ..models.cost import CostLedger
@@ -52,11 +53,14 @@ def _row(result: DecodingResult) -> dict[str, Any]:
     for n in (2, result.profile.max_k // 2, result.profile.max_k):
         shown[f"error K={n}"] = f"{summary[f'tv_k{n}']:.3g} [{summary[f'tv_low_k{n}']:.3g}, " \
                                 f"{summary[f'tv_high_k{n}']:.3g}]"
+    rows, needed = result.profile.confidence.shape[0], rows_for_guarantee(0.9, 0.95)
     for target in result.profile.targets:
+        if rows < needed:
+            shown[f"setting for error <= {target:g}"] = f"none: a guarantee needs {needed} rows, measured {rows}"
+            continue
         setting = result.profile.setting(target)
-        share = "no held-out rows" if setting.checked_on == 0 else (
-            f"kept on {setting.k_share:.0%} / {setting.threshold_share:.0%} of {setting.checked_on} held-out rows")
-        shown[f"setting for error <= {target:g}"] = f"K {setting.k}, threshold {setting.threshold:.3g} ({share})"
+        shown[f"setting for error <= {target:g}"] = (f"K {setting.k}, threshold {setting.threshold:.3g} (kept on "
+                                                     f">= 90 % of fresh rows, at 95 %)")
     violated = [f"{rule} {parameter:g}" for rule, parameter in result.profile.rules
                 if summary[f"{rule}{parameter:g}/violated"] > 0]
     shown["certificates violated"] = ", ".join(violated) or "none"

@@ -12,6 +12,7 @@ import torch
 from matplotlib.figure import Figure
 
 from ..diagnostics.bracket import MixingBracket
+from ..diagnostics.parallel import rows_for_guarantee
 from ..experiments.config import to_dict
 from ..experiments.run import TRAJECTORY_FIELDS, ChainRunResult, CouplingResult
 from . import figures
@@ -293,11 +294,13 @@ def run_summary(result: ChainRunResult) -> str:
         lines.append(f"Dobrushin coefficient on {len(influence.sites)} sites: {pairs}")
     if result.parallel is not None:
         summary, k = result.parallel.summary(), result.parallel.max_k
+        rows, needed = result.parallel.confidence.shape[0], rows_for_guarantee(0.9, 0.95)
+        settings = ", ".join(f"error <= {t:g}: set K {summary[f'k_for_tv{t:g}']:.0f} or threshold "
+                             f"{summary[f'threshold_for_tv{t:g}']:.3g}" for t in result.parallel.targets) \
+            + " (each kept on >= 90 % of fresh rows, at 95 %)" if rows >= needed else \
+            f"no setting: a guarantee needs {needed} rows, measured {rows}"
         lines.append(f"parallel decoding: error of committing the {k} most confident at once "
-                     f"{summary[f'tv_k{k}']:.3g} (interval to {summary[f'tv_high_k{k}']:.3g}); "
-                     + ", ".join(f"error <= {t:g}: set K {summary[f'k_for_tv{t:g}']:.0f} or threshold "
-                                 f"{summary[f'threshold_for_tv{t:g}']:.3g} (held-out rows kept: "
-                                 f"{summary[f'k_share_for_tv{t:g}']:.0%})" for t in result.parallel.targets))
+                     f"{summary[f'tv_k{k}']:.3g} (interval to {summary[f'tv_high_k{k}']:.3g}); {settings}")
     return "\n".join(lines)
 
 
