@@ -12,10 +12,10 @@ import torch
 from matplotlib.figure import Figure
 
 from ..diagnostics.bracket import MixingBracket
-from ..diagnostics.parallel import rows_for_guarantee
 from ..experiments.config import to_dict
 from ..experiments.run import TRAJECTORY_FIELDS, ChainRunResult, CouplingResult
 from . import figures
+from .decoding_report import setting_text
 from .html import Section, claims_section, marked_changes, quantile_text, render_html, write_figures
 from .writers import write_billed, write_csv, write_text
 
@@ -294,13 +294,9 @@ def run_summary(result: ChainRunResult) -> str:
         lines.append(f"Dobrushin coefficient on {len(influence.sites)} sites: {pairs}")
     if result.parallel is not None:
         summary, k = result.parallel.summary(), result.parallel.max_k
-        rows, needed = result.parallel.confidence.shape[0], rows_for_guarantee(0.9, 0.95)
-        settings = ", ".join(f"error <= {t:g}: set K {summary[f'k_for_tv{t:g}']:.0f} or threshold "
-                             f"{summary[f'threshold_for_tv{t:g}']:.3g}" for t in result.parallel.targets) \
-            + " (each kept on >= 90 % of fresh rows, at 95 %)" if rows >= needed else \
-            f"no setting: a guarantee needs {needed} rows, measured {rows}"
         lines.append(f"parallel decoding: error of committing the {k} most confident at once "
-                     f"{summary[f'tv_k{k}']:.3g} (interval to {summary[f'tv_high_k{k}']:.3g}); {settings}")
+                     f"{summary[f'tv_k{k}']:.3g} (interval to {summary[f'tv_high_k{k}']:.3g}); "
+                     f"{setting_text(result.parallel)}")
     return "\n".join(lines)
 
 
