@@ -559,3 +559,28 @@ def test_a_parallel_budget_that_measured_nothing_says_so_and_its_summary_keeps_i
         assert summary["parallel_steps_measured"] == 0 and summary["parallel_rows_total"] == 6
         assert summary["parallel_skipped"] == 3 and summary["parallel_measured_share"] == 0
         assert math.isnan(summary[key]) and math.isnan(summary["parallel_k_mean"])
+
+
+def test_a_greedy_profile_counts_the_tokens_sequential_greedy_changes_and_certifies_a_setting():
+    """:class:`RightZeros` from all masked: the candidates in confidence order are positions 5, 4, ..., 0, each
+    preferring 0; the sequential greedy decode commits 0 at 5 and then 1 everywhere (a 0 on the right flips every
+    later pick), so the top ``n`` differ in ``n - 1`` tokens. On 29 such rows (the fewest for a guarantee at 90 % and
+    95 %) the setting whose outputs match sequential greedy is one token a step, or a threshold above the second
+    confidence sigmoid(1.4) = 0.802: 0.81 on the grid; tolerating one differing token allows K = 2."""
+    from mlm_dynamics.diagnostics.parallel import greedy_profile
+
+    model = RightZeros()
+    denoiser = FullSequenceDenoiser(model, VocabInfo(size=3, mask_id=2, forbidden_ids=(2,)))
+    profile = greedy_profile(denoiser, torch.full((29, 6), 2), torch.arange(6).expand(29, -1), max_k=6)
+    assert profile.positions[0].tolist() == [5, 4, 3, 2, 1, 0]
+    assert profile.confidence[0, :2].tolist() == pytest.approx([1 / (1 + math.exp(-1.5)), 1 / (1 + math.exp(-1.4))])
+    assert profile.differ[0].tolist() == [0, 1, 2, 3, 4, 5] and profile.forward_rows == 29 + 29 * 5 + 1
+    setting = profile.setting()
+    assert (setting.k, setting.threshold, setting.calibrated_on) == (1, 0.81, 29)
+    assert profile.setting(tolerance=1).k == 2
+    summary = profile.summary()
+    assert summary["match_k2"] == 0 and summary["differ_k3"] == 2 and summary["threshold_for_match"] == 0.81
+    with pytest.raises(ValueError, match="needs at least 29 calibration rows; the profile has 3"):
+        greedy_profile(denoiser, torch.full((3, 6), 2), torch.arange(6).expand(3, -1)).setting()
+    with pytest.raises(ValueError, match="tolerance must be a count"):
+        profile.setting(tolerance=-1)

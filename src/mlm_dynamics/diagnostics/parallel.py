@@ -741,6 +741,40 @@ class DecodingSetting:
                 "threshold_p": self.threshold_p, "k_p": self.k_p}
 
 
+def certify_setting(confidence: Tensor, over: Callable[[Tensor], Tensor], max_k: int, *, target: float,
+                    share: float, level: float) -> DecodingSetting:
+    """The :class:`DecodingSetting` certified on calibration rows with confidences ``confidence [B, M]`` (sorted in
+    decreasing order), where ``over(commits [B]) -> [B]`` says whether each row passes the target when committing its
+    ``commits`` most confident candidates (a row committing more than ``max_k``, unmeasured, must count as over):
+    :func:`fixed_sequence` over :data:`THRESHOLD_GRID` and over ``K = 2 .. max_k``. The rows must be independent
+    draws of the decoding states the setting will meet (the user's prompts, or the model's own states); a ValueError
+    naming ``share``/``level``, or how many rows are needed where they are too few for any guarantee. Cost: no
+    forward."""
+    for name, value in (("share", share), ("level", level)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+            raise ValueError(f"{name} must lie in (0, 1), got {value!r}")
+    rows = confidence.shape[0]
+    needed = rows_for_guarantee(share, level)
+    if rows < needed:
+        raise ValueError(f"rows: a setting that keeps the target on {share:.0%} of fresh rows with probability "
+                         f"{level:.0%} needs at least {needed} calibration rows; the profile has {rows} (measure "
+                         "more prompts or decoding states)")
+    thresholds, ks = THRESHOLD_GRID[1:], list(range(2, max_k + 1))
+    by_threshold = torch.stack([over(rule_commit_count(confidence, "threshold", value)) for value in thresholds],
+                               1).cpu()
+    by_k = torch.stack([over(torch.full((rows,), n, device=confidence.device)) for n in ks], 1).cpu() if ks else \
+        torch.zeros(rows, 0, dtype=torch.bool)
+    last, p_threshold = fixed_sequence(by_threshold, share, level)
+    last_k, p_k = fixed_sequence(by_k, share, level)
+    return DecodingSetting(target=target, share=float(share), level=float(level),
+                           threshold=thresholds[last] if last >= 0 else THRESHOLD_GRID[0],
+                           k=ks[last_k] if last_k >= 0 else 1, calibrated_on=rows, rows_needed=needed,
+                           threshold_over=int(by_threshold[:, last].sum()) if last >= 0 else 0,
+                           k_over=int(by_k[:, last_k].sum()) if last_k >= 0 else 0,
+                           threshold_p=float(p_threshold[last]) if last >= 0 else math.nan,
+                           k_p=float(p_k[last_k]) if last_k >= 0 else math.nan)
+
+
 @dataclass
 class ConfidenceProfile:
     """:func:`confidence_profile`: the error of committing a row's ``n`` most confident candidates at once, for
@@ -808,38 +842,12 @@ class ConfidenceProfile:
 
     def setting(self, target: float, *, share: float = 0.9, level: float = 0.95) -> DecodingSetting:
         """The one threshold and the one K for ``target``, each guaranteed to keep it on ``share`` of fresh rows with
-        probability ``level`` over these rows (:class:`DecodingSetting`; Learn-then-Test over a grid fixed in
-        advance). A setting, not a mean: each row's own :meth:`keep` would commit more on some rows and pass the
-        target on others. The rows must be independent draws of the decoding states the setting will meet (the
-        user's prompts, or the model's own states); a ValueError naming how many are needed where they are too few
-        for any guarantee. Cost: no forward."""
+        probability ``level`` over these rows (:func:`certify_setting`). A setting, not a mean: each row's own
+        :meth:`keep` would commit more on some rows and pass the target on others. Cost: no forward."""
         (target,) = check_targets([target], "target")
-        for name, value in (("share", share), ("level", level)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
-                raise ValueError(f"{name} must lie in (0, 1), got {value!r}")
-        rows = self.confidence.shape[0]
-        needed = rows_for_guarantee(share, level)
-        if rows < needed:
-            raise ValueError(f"rows: a setting that keeps the target on {share:.0%} of fresh rows with probability "
-                             f"{level:.0%} needs at least {needed} calibration rows; the profile has {rows} (measure "
-                             "more prompts or decoding states)")
-        every = torch.arange(rows, device=self.confidence.device)
-        thresholds = THRESHOLD_GRID[1:]
-        over = torch.stack([~self._kept(every, rule_commit_count(self.confidence, "threshold", value), target)
-                            for value in thresholds], 1).cpu()
-        last, p_threshold = fixed_sequence(over, share, level)
-        threshold_over = int(over[:, last].sum()) if last >= 0 else 0
-        ks = list(range(2, self.max_k + 1))
-        over_k = torch.stack([~self._kept(every, torch.full((rows,), n, device=every.device), target)
-                              for n in ks], 1).cpu() if ks else torch.zeros(rows, 0, dtype=torch.bool)
-        last_k, p_k = fixed_sequence(over_k, share, level)
-        return DecodingSetting(target=target, share=float(share), level=float(level),
-                               threshold=thresholds[last] if last >= 0 else THRESHOLD_GRID[0],
-                               k=ks[last_k] if last_k >= 0 else 1, calibrated_on=rows, rows_needed=needed,
-                               threshold_over=threshold_over,
-                               k_over=int(over_k[:, last_k].sum()) if last_k >= 0 else 0,
-                               threshold_p=float(p_threshold[last]) if last >= 0 else math.nan,
-                               k_p=float(p_k[last_k]) if last_k >= 0 else math.nan)
+        every = torch.arange(self.confidence.shape[0], device=self.confidence.device)
+        return certify_setting(self.confidence, lambda commits: ~self._kept(every, commits, target), self.max_k,
+                               target=target, share=share, level=level)
 
     def summary(self) -> dict[str, float]:
         """Means over rows: ``tv_k{n}``, ``tv_high_k{n}``, ``first_order_k{n}``, ``certificate_k{n}`` for each ``n``;
@@ -871,6 +879,94 @@ class ConfidenceProfile:
         out["exact"] = float(bool(self.exact.all()))
         out["forward_rows"] = float(self.forward_rows)
         return out
+
+
+@dataclass
+class GreedyProfile:
+    """:func:`greedy_profile`: a greedy decoding step's candidates, and how far committing the top ``n`` at once moves
+    the tokens from the sequential greedy decode.
+
+    Attributes:
+        positions, confidence: ``[B, M]`` the candidates sorted by decreasing confidence (the largest probability of
+            ``softmax(logits)`` over the allowed ids: the order LLaDA's and Fast-dLLM's greedy rules commit in), and
+            the confidences.
+        differ: ``[B, max_k]`` how many of the top ``n`` argmax tokens (column ``n - 1``) the sequential greedy
+            decode of the same ``n`` positions commits otherwise (0 at ``n = 1``).
+        near_ties: ``[B]`` a sequential argmax with a runner-up within :data:`GREEDY_TIE`.
+        forward_rows: rows through the model.
+    """
+
+    positions: Tensor
+    confidence: Tensor
+    differ: Tensor
+    near_ties: Tensor
+    forward_rows: int
+
+    @property
+    def max_k(self) -> int:
+        """The largest set measured."""
+        return int(self.differ.shape[1])
+
+    def setting(self, *, tolerance: int = 0, share: float = 0.9, level: float = 0.95) -> DecodingSetting:
+        """The one threshold and the one K whose committed tokens differ from the sequential greedy decode's in at
+        most ``tolerance`` positions (0: the same tokens) on ``share`` of fresh rows, with probability ``level``
+        over these rows (:func:`certify_setting`; the setting's ``target`` is ``tolerance``). Cost: no forward."""
+        if isinstance(tolerance, bool) or not isinstance(tolerance, int) or tolerance < 0:
+            raise ValueError(f"tolerance must be a count of differing tokens >= 0, got {tolerance!r}")
+
+        def over(commits: Tensor) -> Tensor:
+            index = (commits.clamp(1, self.max_k) - 1)[:, None]
+            return (self.differ.gather(1, index)[:, 0] > tolerance) | (commits > self.max_k)
+
+        return certify_setting(self.confidence, over, self.max_k, target=float(tolerance), share=share, level=level)
+
+    def summary(self) -> dict[str, float]:
+        """Per ``n``: ``differ_k{n}`` (mean over rows) and ``match_k{n}`` (share of rows whose top ``n`` match the
+        sequential greedy decode); the :meth:`setting` at tolerance 0 (90 % of fresh rows, at 95 %; ``nan`` below
+        the rows it needs): ``k_for_match``, ``threshold_for_match``; ``near_ties`` and ``forward_rows``."""
+        out = {}
+        for n in range(1, self.max_k + 1):
+            out[f"differ_k{n}"] = float(self.differ[:, n - 1].double().mean())
+            out[f"match_k{n}"] = float((self.differ[:, n - 1] == 0).double().mean())
+        if self.confidence.shape[0] >= rows_for_guarantee(0.9, 0.95):
+            setting = self.setting()
+            out["k_for_match"], out["threshold_for_match"] = float(setting.k), setting.threshold
+        else:
+            out["k_for_match"] = out["threshold_for_match"] = math.nan
+        out["near_ties"] = float(self.near_ties.double().mean())
+        out["forward_rows"] = float(self.forward_rows)
+        return out
+
+
+@torch.no_grad()
+def greedy_profile(denoiser: Denoiser, tokens: Tensor, candidates: Tensor, *, max_k: int = 8,
+                   attention_mask: Tensor | None = None, chunk_size: int = 256) -> GreedyProfile:
+    """One greedy decoding step with ``candidates [B, M]`` masked in ``tokens [B, L]``: the candidates sorted by
+    confidence, each one's argmax, and for ``n = 1 .. max_k`` how many of the top ``n`` argmax tokens the sequential
+    greedy decode of those ``n`` positions (most confident first; :func:`greedy_commit_error`) commits otherwise. One
+    sequential path serves every ``n``: the decode of the top ``n`` is the first ``n`` picks of the decode of the top
+    ``max_k``, since the later positions stay masked while the earlier ones are picked. Deterministic and exact (ties
+    flagged). Cost: ``B`` rows for the confidences, ``B (max_k - 1)`` for the path, one for the batch check."""
+    if isinstance(max_k, bool) or not isinstance(max_k, int) or max_k < 1:
+        raise ValueError(f"max_k must be an integer >= 1, got {max_k!r}")
+    mask = check_commit_positions(denoiser, tokens, candidates, attention_mask)
+    if denoiser.vocab.mask_id is None:
+        raise ValueError("denoiser: a greedy profile masks the candidates, and this denoiser has no mask id")
+    device = tokens.device
+    candidates = candidates.to(device).long()
+    tokens = tokens.long().scatter(1, candidates, denoiser.vocab.mask_id)
+    max_k = min(max_k, candidates.shape[1])
+    allowed = denoiser.vocab.allowed_mask(device)
+    logits = denoiser.chunked_conditional_logits(tokens, candidates, chunk_size, mask).double()
+    law = logits.masked_fill(~allowed, -math.inf).log_softmax(-1)
+    confidence, picks = law.exp().max(-1)
+    order = confidence.argsort(dim=1, descending=True, stable=True)
+    positions, confidence, picks = candidates.gather(1, order), confidence.gather(1, order), picks.gather(1, order)
+    path = greedy_commit_error(denoiser, tokens, positions[:, :max_k], picks[:, :max_k], attention_mask=mask,
+                               chunk_size=chunk_size)
+    differ = (path.sequential != path.parallel).long().cumsum(1)
+    return GreedyProfile(positions=positions, confidence=confidence, differ=differ, near_ties=path.near_ties,
+                         forward_rows=candidates.shape[0] + path.forward_rows)
 
 
 def check_rules(rules: Sequence[tuple[str, float]], name: str = "rules") -> tuple[tuple[str, float], ...]:
@@ -976,7 +1072,9 @@ __all__ = [
     "DecodingSetting",
     "FirstOrderError",
     "GreedyCommitError",
+    "GreedyProfile",
     "ParallelCommitError",
+    "certify_setting",
     "check_commit_positions",
     "check_rows_independent",
     "check_rules",
@@ -986,6 +1084,7 @@ __all__ = [
     "first_order_error",
     "fixed_sequence",
     "greedy_commit_error",
+    "greedy_profile",
     "parallel_commit_error",
     "rows_for_guarantee",
     "rule_commit_count",
