@@ -18,7 +18,7 @@ from mlm_dynamics.models.huggingface import dtype_argument
 from mlm_dynamics.sampling.blocks import BlockSchedule
 from mlm_dynamics.sampling.categorical import tempered_log_probs
 from mlm_dynamics.sampling.coupling import randomize_sites
-from mlm_dynamics.tracking.sampler_monitor import ORDER, TIE, monitor_sampler, padded_rows
+from mlm_dynamics.tracking.sampler_monitor import ORDER, TIE, monitor_sampler, padded_rows, sampler_denoiser
 
 HF_FAMILIES = ("llada", "dream", "mdlm", "bd3lm")
 EOS = 2
@@ -429,6 +429,93 @@ def test_a_fork_of_a_family_is_watched_with_its_conventions_from_family_or_the_d
         monitor_sampler(fork, run(fork), denoiser=denoiser_for(fork, family="dream"), logit_shift=0)
 
 
+def test_dreams_nucleus_and_top_k_are_read_in_dreams_order(directories):
+    """Dream's sample_tokens takes the nucleus of the whole law first and then its top-k; Hugging Face's order is the
+    other way. On probabilities (0.4, 0.3, 0.2, 0.1) with top_k = 2 and top_p = 0.5 the two orders keep {0, 1} and
+    {0}. Dream's own generate with both, watched with parallel=True, is measured in Dream's order (each step's error
+    equal to parallel_commit_error with top_p_first=True, which differs from the other order on some step)."""
+    from mlm_dynamics.sampling.categorical import tempered_log_probs
+
+    logits = torch.tensor([0.4, 0.3, 0.2, 0.1]).log()
+    allowed = torch.ones(4, dtype=torch.bool)
+    dream_order = tempered_log_probs(logits, allowed, 1.0, top_k=2, top_p=0.5, top_p_first=True)
+    hf_order = tempered_log_probs(logits, allowed, 1.0, top_k=2, top_p=0.5)
+    assert torch.isfinite(dream_order).tolist() == [True, True, False, False]
+    assert torch.isfinite(hf_order).tolist() == [True, False, False, False]
+
+    model = attach("dream", directories)[1]
+    prompt, prompt_mask = batch(True)
+    states = []
+
+    def run():
+        return model.diffusion_generate(prompt, attention_mask=prompt_mask.long(), max_new_tokens=8, steps=4,
+                                        temperature=1.0, top_p=0.6, top_k=6,
+                                        generator=torch.Generator().manual_seed(0))
+
+    handle = model.register_forward_pre_hook(lambda module, args, seen=states: seen.append(args[0].clone()))
+    try:
+        final = run()
+    finally:
+        handle.remove()
+    trace = monitor_sampler(model, run, parallel=True, overhead=None, top_p=0.6, top_k=6)
+    denoiser = sampler_denoiser(denoiser_for(model))
+    mask = torch.cat([prompt_mask, torch.ones(3, 8, dtype=torch.bool)], 1)
+    gaps = []
+    for t, step in zip(trace.parallel_steps, trace.parallel, strict=True):
+        after = states[t + 1] if t + 1 < len(states) else final
+        committed = (states[t] == build.MASK_ID) & (after != build.MASK_ID)
+        positions = committed.nonzero()[:, 1].view(3, -1)
+        same = dict(orders=0, order="confidence", attention_mask=mask, top_k=6, top_p=0.6)
+        ours = parallel_commit_error(denoiser, states[t], positions, top_p_first=True, **same)
+        assert step["tv"] == pytest.approx(float(ours.tv.mean()), abs=1e-9)
+        other = parallel_commit_error(denoiser, states[t], positions, top_p_first=False, **same)
+        gaps.append(abs(float(other.tv.mean()) - step["tv"]))
+    assert len(gaps) == 4 and max(gaps) > 1e-3
+
+
+def test_a_logit_shift_or_family_that_contradicts_the_model_is_refused_naming_both(directories):
+    """Dream shifts its logits by one; logit_shift=0 for a Dream model (named or detected) is refused naming both,
+    where it used to read every position's logits at the wrong place. A fork of Dream (Fast-dLLM's `fastdllm_dream`)
+    named as LLaDA is refused naming the family it forks."""
+    import copy
+
+    dream = attach("dream", directories)[1]
+    prompt, prompt_mask = batch(True)
+
+    def run(model):
+        return lambda: model.diffusion_generate(prompt, attention_mask=prompt_mask.long(), max_new_tokens=4, steps=4,
+                                                generator=torch.Generator().manual_seed(0))
+
+    with pytest.raises(ValueError, match=r"logit_shift: 0 contradicts the dream family's 1 \(named by family="):
+        monitor_sampler(dream, run(dream), family="dream", logit_shift=0)
+    with pytest.raises(ValueError, match=r"logit_shift: 0 contradicts the dream family's 1 \(detected"):
+        monitor_sampler(dream, run(dream), logit_shift=0)
+    fork = copy.copy(dream)
+    fork.__class__ = type("FastDllmDream", (type(dream),), {})
+    fork.config = copy.deepcopy(dream.config)
+    fork.config.model_type, fork.config.architectures = "fastdllm_dream", ["FastDllmDream"]
+    with pytest.raises(ValueError, match=r"family: 'llada' was named, but the model is a fork of dream"):
+        monitor_sampler(fork, run(fork), family="llada")
+
+
+def test_right_padding_without_a_mask_is_warned_in_the_parallel_error_and_bad_positions_are_named(directories):
+    """A right-padded prompt ([prompt, EOS, EOS, masked ...], as Fast-dLLM batches prompts) passed to
+    parallel_commit_error without attention_mask: one warning naming the rows (the model attends to the padding).
+    A position on padding given with the mask is refused naming its row, position and id."""
+    denoiser = attach("llada", directories)[0]
+    tokens = torch.randint(3, build.VOCAB - 1, (2, 10), generator=torch.Generator().manual_seed(5))
+    tokens[1, 4:6] = EOS
+    tokens[:, 6:] = build.MASK_ID
+    positions = torch.tensor([[6, 7], [6, 7]])
+    with pytest.warns(RuntimeWarning, match=r"rows \[1\] end their prompt, right before the masked positions, with "
+                                            r"the padding id 2"):
+        parallel_commit_error(denoiser, tokens, positions, orders=0)
+    mask = torch.ones(2, 10, dtype=torch.bool)
+    mask[1, 4:6] = False
+    with pytest.raises(ValueError, match=r"positions: row 1, position 5 \(id 2\) is a frame token, padding"):
+        parallel_commit_error(denoiser, tokens, torch.tensor([[6, 7], [5, 7]]), orders=0, attention_mask=mask)
+
+
 def test_a_named_family_that_is_not_the_models_is_refused_naming_both(directories):
     """A Dream model read as LLaDA would lose its logit shift, LLaDA read as SEDD its mask id: refused before any
     forward, naming both families; a model of a new kind may still follow a named family (test_denoiser)."""
@@ -449,6 +536,8 @@ def test_the_monitor_measures_each_steps_parallel_commit_on_llada_and_dream(dire
     certificate beside it."""
     samplers = build.samplers()
     prompt, prompt_mask = batch(True)
+    moved = []
+
     def sampler(family, model):
         if family == "llada":
             return lambda: samplers.llada_generate(model, prompt, attention_mask=prompt_mask.long(), gen_length=8,
@@ -469,7 +558,8 @@ def test_the_monitor_measures_each_steps_parallel_commit_on_llada_and_dream(dire
         trace = monitor_sampler(model, run, parallel=True, overhead=None)  # every step, whatever it costs
         assert torch.equal(trace.final, final)  # the measurement does not touch the sampler's randomness
         assert trace.steps == 4 and len(trace.parallel) == 4 and trace.parallel_problem is None
-        denoiser = denoiser_for(model)
+        denoiser = sampler_denoiser(denoiser_for(model))  # the sampler's law: every id but the mask, BOS included
+        assert denoiser.vocab.forbidden_ids == (build.MASK_ID,)
         mask = torch.cat([prompt_mask, torch.ones(3, 8, dtype=torch.bool)], 1)
         for t, step in enumerate(trace.parallel):
             after = states[t + 1] if t + 1 < len(states) else final
@@ -479,11 +569,15 @@ def test_the_monitor_measures_each_steps_parallel_commit_on_llada_and_dream(dire
             expected = parallel_commit_error(denoiser, states[t], positions, orders=0, order="confidence",
                                              attention_mask=mask)
             assert step["tv"] == pytest.approx(float(expected.tv.mean()), abs=1e-9)
+            chains_law = parallel_commit_error(denoiser_for(model), states[t], positions, orders=0,
+                                               order="confidence", attention_mask=mask)  # BOS left out: not the law
+            moved.append(abs(float(chains_law.tv.mean()) - step["tv"]))
             assert step["certificate"] == pytest.approx(float(expected.certificate.mean()), abs=1e-9)
             assert 0 <= step["first_order"] <= 1
         summary = trace.summary()
         assert summary["parallel_k_mean"] == 2 and 0 < summary["parallel_tv_max"] <= 1
         assert summary["parallel_seconds"] > 0 and trace.parallel_order == ORDER
+    assert max(moved) > 1e-5  # the law without BOS, which the samplers draw, measures another error (matched to 1e-9)
     # on request, the error between the assumed order and the reversed one, as parallel_commit_error gives it
     spread = monitor_sampler(model, run, parallel=True, order_spread=True, overhead=None)
     for t, step in enumerate(spread.parallel):

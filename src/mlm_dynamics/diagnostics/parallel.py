@@ -321,11 +321,12 @@ def _log_sequential(tree: _Tree, order: list[int], values: Tensor) -> Tensor:
 
 
 def _sampler_law(denoiser: Denoiser, temperature: float, top_k: int | None, top_p: float | None,
-                 device: torch.device) -> Law:
+                 device: torch.device, top_p_first: bool = False) -> Law:
     allowed = denoiser.vocab.allowed_mask(device)
 
     def law(logits: Tensor) -> Tensor:
-        return tempered_log_probs(logits, allowed, temperature, top_k=top_k, top_p=top_p, dtype=torch.float64)
+        return tempered_log_probs(logits, allowed, temperature, top_k=top_k, top_p=top_p, dtype=torch.float64,
+                                  top_p_first=top_p_first)
 
     return law
 
@@ -345,10 +346,12 @@ def check_commit_positions(denoiser: Denoiser, tokens: Tensor, positions: Tensor
     if bool((ordered[:, 1:] == ordered[:, :-1]).any()):
         raise ValueError("positions must be distinct within each row")
     mask = check_attention_mask(attention_mask, tokens)
-    free = denoiser.free_mask(tokens, mask)
-    if not bool(free.gather(1, positions.long()).all()):
-        raise ValueError("positions: a position to commit is a frame token, padding or has no conditional "
-                         "(the model never resamples it)")
+    free = denoiser.free_mask(tokens, mask).gather(1, positions.long())
+    if not bool(free.all()):
+        row, column = (int(i) for i in (~free).nonzero()[0])
+        position = int(positions[row, column])
+        raise ValueError(f"positions: row {row}, position {position} (id {int(tokens[row, position])}) is a frame "
+                         "token, padding or has no conditional (the model never resamples it)")
     return mask
 
 
@@ -370,7 +373,7 @@ def parallel_commit_error(denoiser: Denoiser, tokens: Tensor, positions: Tensor,
                           generator: Randomness = 0, attention_mask: Tensor | None = None,
                           order: Literal["given", "confidence"] = "given",
                           method: Literal["betting", "student"] = "betting", top_m: int | None = None,
-                          chunk_size: int = 256) -> ParallelCommitError:
+                          chunk_size: int = 256, top_p_first: bool = False) -> ParallelCommitError:
     """The error of committing ``positions [B, K]`` of ``tokens [B, L]`` at once against one at a time in the
     column order given, or with ``order="confidence"`` the most confident first (each row's positions sorted by
     their parallel marginal's largest probability); see the module docstring for the laws and the estimators.
@@ -379,7 +382,9 @@ def parallel_commit_error(denoiser: Denoiser, tokens: Tensor, positions: Tensor,
     the ``A^K`` joint values in ``16 max_rows``; else Monte Carlo with ``samples`` draws per row. ``orders``: other
     orders compared for the spread (the reversed order first). The values at ``positions`` in ``tokens`` are
     ignored (masked). ``top_m``: also the influence estimate of the set (:attr:`ParallelCommitError.first_order`),
-    sharing the root forward. Cost: exact ``B (1 + A + ... + A^(K-1))`` forward rows per order; Monte Carlo
+    sharing the root forward. ``top_p_first``: truncate to the nucleus before the top-k (Dream's order;
+    :func:`~mlm_dynamics.sampling.categorical.tempered_log_probs`). Cost: exact ``B (1 + A + ... + A^(K-1))``
+    forward rows per order; Monte Carlo
     ``B (1 + samples (K - 1) (1 + orders))``; with ``top_m``, ``B K top_m`` more; one more row for ``B > 1`` (the
     batch's first row alone: a model whose rows depend on each other is refused, :func:`check_rows_independent`).
 
@@ -402,7 +407,7 @@ def parallel_commit_error(denoiser: Denoiser, tokens: Tensor, positions: Tensor,
     mask = check_commit_positions(denoiser, tokens, positions, attention_mask)
     device = tokens.device
     tree = _Tree(denoiser, tokens.long(), positions.to(device).long(), mask,
-                 _sampler_law(denoiser, temperature, top_k, top_p, device), chunk_size)
+                 _sampler_law(denoiser, temperature, top_k, top_p, device, top_p_first), chunk_size)
     if order == "confidence":
         tree.by_confidence()
     error = _commit_error(tree, orders=orders, samples=samples, max_rows=max_rows, level=level, method=method,

@@ -55,6 +55,8 @@ class Family:
         call_kwargs: constant keyword arguments of the sampling path.
         block_size_from: the config attribute of the block size (block diffusion).
         starts_with_bos: its sampler starts every sequence with BOS, a frame token the chains must leave alone.
+        top_p_first: its sampler truncates to the nucleus before the top-k (Dream's ``sample_tokens``), where
+            Hugging Face's order is the top-k first.
         graph: the ``config.graph.type`` the family needs (SEDD: ``absorb``; its uniform graph has no mask state).
         remote_code: the transformers versions its published modeling code loads with.
         documentation: the how-to page.
@@ -74,6 +76,7 @@ class Family:
     call_kwargs: Mapping[str, Any] = field(default_factory=dict)
     block_size_from: str | None = None
     starts_with_bos: bool = False
+    top_p_first: bool = False
     graph: str | None = None
     remote_code: str = ""
     documentation: str = "how-to/diffusion-families.md"
@@ -93,7 +96,7 @@ FAMILIES: dict[str, Family] = {family.name: family for family in (
            pad_is_eos=True, remote_code=">=4.38,<5 (the published modeling files fail under transformers 5)"),
     Family("dream", "Dream (Dream-org): a masked diffusion LM adapted from Qwen2.5, logits shifted by one",
            model_types=("dream",), class_names=("DreamModel",), default_mask_id=151666, logit_shift=1,
-           attention="dream", pad_is_eos=True,
+           attention="dream", pad_is_eos=True, top_p_first=True,
            remote_code=">=4.46,<5 (the published modeling files fail under transformers 5)"),
     Family("mdlm", "MDLM (kuleshov-group): masked diffusion with the SUBS parameterisation, Hugging Face port",
            model_types=("mdlm",), class_names=("MDLM",), mask_id="last", time_argument="timesteps",
@@ -110,6 +113,15 @@ FAMILIES: dict[str, Family] = {family.name: family for family in (
 def detect_family(model: Any) -> Family | None:
     """The diffusion family of ``model`` (a module or a config), or ``None``."""
     return next((family for family in FAMILIES.values() if family.matches(model)), None)
+
+
+def fork_of(model: Any) -> Family | None:
+    """The family whose name a model of no registered family carries in its ``model_type`` or class names (Fast-dLLM's
+    ``fastdllm_dream`` is Dream's fork), or ``None``."""
+    config = getattr(model, "config", model)
+    names = " ".join([str(getattr(config, "model_type", "") or ""), type(model).__name__,
+                      *(getattr(config, "architectures", None) or [])]).lower()
+    return next((family for family in FAMILIES.values() if family.name in names), None)
 
 
 def is_masked_lm(model: Any) -> bool:
@@ -242,6 +254,11 @@ def check_named_family(named: Family | None, detected: Family | None, model: Any
         raise ValueError(f"family: {named.name!r} was named, but the model is a {detected.name} model ({what}); "
                          f"its conventions differ (mask id, logit shift, padding, noise level), so its conditionals "
                          f"would be silently off; leave family= out or name {detected.name!r}")
+    fork = fork_of(model) if detected is None else None
+    if fork is not None and fork is not named:
+        raise ValueError(f"family: {named.name!r} was named, but the model is a fork of {fork.name} ({what}); its "
+                         f"conventions differ (mask id, logit shift, padding, noise level), so its conditionals would "
+                         f"be silently off; name {fork.name!r}")
     if detected is None and is_masked_lm(model):
         raise ValueError(f"family: {named.name!r} was named, but the model is a Hugging Face masked LM ({what}), "
                          "read exactly by MaskedLMDenoiser; leave family= out")
@@ -357,5 +374,5 @@ def load_diffusion_lm(name_or_path: str, *, trust_remote_code: bool = False, fam
 
 
 __all__ = ["FAMILIES", "Family", "attention_format", "check_named_family", "denoiser_for", "detect_family",
-           "family_mask_id", "is_masked_lm", "load_diffusion_lm", "options_text", "special_ids", "time_condition_of",
-           "vocabulary_size"]
+           "family_mask_id", "fork_of", "is_masked_lm", "load_diffusion_lm", "options_text", "special_ids",
+           "time_condition_of", "vocabulary_size"]

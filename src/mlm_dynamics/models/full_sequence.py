@@ -94,6 +94,19 @@ def _modules_of(fn: Callable[..., Any]) -> list[nn.Module]:
     return found
 
 
+def padded_rows(tokens: Tensor, mask_id: int, padding_id: int) -> tuple[list[int], list[int]]:
+    """``(left, right)``: rows of ``tokens [B, L]`` (masked positions written with ``mask_id``) that start with
+    ``padding_id`` (left padding), and rows where it comes right before the first masked position after some other
+    token (a right-padded prompt: ``[prompt, pad, ..., pad, mask, ...]``). At a decode's first step nothing is
+    committed yet, so a padding id there belongs to the prompt. Cost: none."""
+    masked = tokens == mask_id
+    first = torch.where(masked.any(1), masked.float().argmax(1), torch.full_like(masked[:, 0], -1, dtype=torch.long))
+    before = tokens.gather(1, (first - 1).clamp_min(0)[:, None])[:, 0]
+    left = (tokens[:, 0] == padding_id).nonzero().squeeze(1).tolist()
+    right = ((first > 1) & (before == padding_id) & (tokens[:, 0] != padding_id)).nonzero().squeeze(1).tolist()
+    return left, right
+
+
 class FullSequenceDenoiser(Denoiser):
     """See the module docstring. Cost: one forward of ``B`` rows, and the ``[B, L, V]`` logits the model builds
     (prefer :class:`~mlm_dynamics.MaskedLMDenoiser` for Hugging Face MLMs: it applies the head where needed only).
@@ -159,15 +172,16 @@ class FullSequenceDenoiser(Denoiser):
         if bool((positions < self.logit_shift).any()):
             raise ValueError(f"positions: with logit_shift={self.logit_shift} the conditional of position i is read "
                              f"at i - {self.logit_shift}, so positions below {self.logit_shift} have none")
+        masked = mask_positions(tokens, positions, self.mask_id)
         if attention_mask is None and self.padding_id is not None and not self.warned_padding:
-            padded = (tokens[:, 0] == self.padding_id).nonzero().squeeze(1)
-            if len(padded):
+            left, right = padded_rows(masked, self.mask_id, self.padding_id)
+            if left or right:
                 self.warned_padding = True
-                warnings.warn(f"tokens: rows {padded.tolist()[:5]} start with the padding id {self.padding_id} and no "
+                kind = "start with" if left else "end their prompt, right before the masked positions, with"
+                warnings.warn(f"tokens: rows {(left or right)[:5]} {kind} the padding id {self.padding_id} and no "
                               "attention_mask= was given: the model attends to the padding, so their conditionals "
                               "are not those of the unpadded rows; pass attention_mask= (1: a real token)",
                               RuntimeWarning, stacklevel=4)
-        masked = mask_positions(tokens, positions, self.mask_id)
         kwargs = dict(self.condition(masked, positions)) if self.condition is not None else {}
         if self.attention is not None:
             kwargs.update(self.attention(attention_mask))
@@ -210,5 +224,5 @@ class FullSequenceDenoiser(Denoiser):
         return cls(backbone, vocab, condition=condition)
 
 
-__all__ = ["Condition", "FullSequenceDenoiser", "loglinear_sigma", "masked_fraction", "time_condition",
+__all__ = ["Condition", "FullSequenceDenoiser", "loglinear_sigma", "masked_fraction", "padded_rows", "time_condition",
            "zero_time"]

@@ -98,8 +98,11 @@ def check_truncation(top_k: object, top_p: object) -> None:
 
 
 def tempered_log_probs(logits: Tensor, allowed: Tensor, temperature: float | Tensor, *, top_k: int | None = None,
-                       top_p: float | None = None, dtype: torch.dtype = torch.float32) -> Tensor:
-    """``log softmax(l / tau)`` over the allowed tokens, optionally truncated to the top-k and/or nucleus top-p.
+                       top_p: float | None = None, dtype: torch.dtype = torch.float32,
+                       top_p_first: bool = False) -> Tensor:
+    """``log softmax(l / tau)`` over the allowed tokens, optionally truncated to the top-k and/or nucleus top-p: the
+    top-k first and the nucleus of what is left (Hugging Face's order), or with ``top_p_first`` the nucleus of the
+    whole law first and then its top-k (Dream's order: the nucleus intersected with the top-k).
 
     Logits may be log-probabilities: ``-inf`` at an allowed token means probability 0 there; a row needs one allowed
     token with a finite logit.
@@ -135,14 +138,21 @@ def tempered_log_probs(logits: Tensor, allowed: Tensor, temperature: float | Ten
                                  f"|logit| {largest:.3g}); use a larger temperature, or greedy=True for tau -> 0")
     if not bool(torch.isfinite(scores).any(-1).all()):
         raise ValueError("logits: every allowed token of a row has logit -inf; there is nothing to propose")
-    if top_k is not None and top_k < scores.shape[-1]:
+    def by_rank(scores: Tensor) -> Tensor:
+        if top_k is None or top_k >= scores.shape[-1]:
+            return scores
         kth = scores.topk(top_k, dim=-1).values[..., -1:]
-        scores = scores.masked_fill(scores < kth, -math.inf)
-    if top_p is not None and top_p < 1.0:
+        return scores.masked_fill(scores < kth, -math.inf)
+
+    def by_mass(scores: Tensor) -> Tensor:
+        if top_p is None or top_p >= 1.0:
+            return scores
         ordered, order = scores.sort(dim=-1, descending=True)
         probs = ordered.softmax(-1)
         drop_sorted = probs.cumsum(-1) - probs >= top_p  # keep the smallest prefix with mass >= top_p
-        scores = scores.masked_fill(drop_sorted.scatter(-1, order, drop_sorted), -math.inf)
+        return scores.masked_fill(drop_sorted.scatter(-1, order, drop_sorted), -math.inf)
+
+    scores = by_rank(by_mass(scores)) if top_p_first else by_mass(by_rank(scores))
     return scores.log_softmax(-1)
 
 

@@ -46,7 +46,7 @@ import math
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -57,6 +57,7 @@ from ..diagnostics.parallel import enumerable, greedy_commit_error, parallel_com
 from ..diagnostics.witness import clopper_pearson_lower
 from ..models.base import Denoiser, check_overhead
 from ..models.families import FAMILIES, check_named_family, denoiser_for, detect_family, family_mask_id
+from ..models.full_sequence import FullSequenceDenoiser, padded_rows
 from ..sampling.categorical import check_truncation, tempered_log_probs
 from .monitor import ChainMonitor
 
@@ -218,19 +219,6 @@ def _row_mask(args: tuple[Any, ...], kwargs: dict[str, Any], tokens: Tensor) -> 
     return None
 
 
-def padded_rows(tokens: Tensor, mask_id: int, padding_id: int) -> tuple[list[int], list[int]]:
-    """``(left, right)``: rows of a decode's first state ``tokens [B, L]`` that start with ``padding_id`` (left
-    padding) and rows where it comes right before the first masked position after some other token (a right-padded
-    prompt: ``[prompt, pad, ..., pad, mask, ...]``). At the first call nothing is committed yet, so a padding id
-    there belongs to the prompt. Cost: none."""
-    masked = tokens == mask_id
-    first = torch.where(masked.any(1), masked.float().argmax(1), torch.full_like(masked[:, 0], -1, dtype=torch.long))
-    before = tokens.gather(1, (first - 1).clamp_min(0)[:, None])[:, 0]
-    left = (tokens[:, 0] == padding_id).nonzero().squeeze(1).tolist()
-    right = ((first > 1) & (before == padding_id) & (tokens[:, 0] != padding_id)).nonzero().squeeze(1).tolist()
-    return left, right
-
-
 TIE = 1e-4
 """Two committed positions whose confidences differ by less than this are a near-tie: float rounding, another
 batch shape or bf16 can put either first, and the error may depend on which."""
@@ -248,9 +236,10 @@ class _Parallel:
     error between the assumed order and the reversed one, per row."""
 
     def __init__(self, denoiser: Denoiser, temperature: float, samples: int, top_m: int,
-                 order_spread: bool = False, top_k: int | None = None, top_p: float | None = None) -> None:
+                 order_spread: bool = False, top_k: int | None = None, top_p: float | None = None,
+                 top_p_first: bool = False) -> None:
         self.denoiser, self.temperature, self.samples, self.top_m = denoiser, temperature, samples, top_m
-        self.top_k, self.top_p = top_k, top_p
+        self.top_k, self.top_p, self.top_p_first = top_k, top_p, top_p_first
         self.greedy = temperature == 0
         self.orders = 1 if order_spread else 0
         self.generator = torch.Generator(device=denoiser.device).manual_seed(0)
@@ -293,7 +282,8 @@ class _Parallel:
             error = parallel_commit_error(self.denoiser, tokens, positions, temperature=self.temperature,
                                           top_k=self.top_k, top_p=self.top_p, orders=self.orders,
                                           samples=self.samples, order="confidence", generator=self.generator,
-                                          attention_mask=row_mask, top_m=self.top_m)
+                                          attention_mask=row_mask, top_m=self.top_m,
+                                          top_p_first=self.top_p_first)
             assert error.first_order is not None and error.confidence is not None  # asked for with top_m
             estimate = error.first_order
             gaps = error.confidence.sort(1, descending=True).values.diff(dim=1).abs()  # [N, k - 1]
@@ -357,10 +347,10 @@ class _Watcher:
 
     def __init__(self, mask_id: int, shift: int, temperature: float, monitor: ChainMonitor | None,
                  parallel: _Parallel | None = None, top_k: int | None = None, top_p: float | None = None,
-                 overhead: float | None = None, padding_id: int | None = None) -> None:
+                 overhead: float | None = None, padding_id: int | None = None, top_p_first: bool = False) -> None:
         self.mask_id, self.shift, self.temperature, self.monitor = mask_id, shift, temperature, monitor
         self.padding_id = padding_id
-        self.top_k, self.top_p = top_k, top_p
+        self.top_k, self.top_p, self.top_p_first = top_k, top_p, top_p_first
         self.parallel, self.overhead = parallel, overhead
         self.started, self.watch_seconds = time.perf_counter(), 0.0  # the sampler's own time: the rest
         self.row_seconds: float | None = None  # seconds per forward row, from the sampler's calls, then measured
@@ -447,6 +437,8 @@ class _Watcher:
                                   "conditionals (and what is measured from them) are those of the padded rows; "
                                   "pass the attention mask to the model, or decode each prompt unpadded")
             warnings.warn(f"monitor_sampler: {self.trace.padding}", RuntimeWarning, stacklevel=4)
+            if self.parallel is not None and isinstance(self.parallel.denoiser, FullSequenceDenoiser):
+                self.parallel.denoiser.warned_padding = True  # said once, not again by the measurement's forwards
 
     def _place(self, window: Tensor, logits: Tensor, replace: Any) -> tuple[Tensor, Tensor] | None:
         """A call on a window of the sequence with a KV cache (Fast-dLLM's prefix cache: the suffix from the current
@@ -516,7 +508,8 @@ class _Watcher:
                 rows = logits[chosen]
                 if self.top_k is not None or self.top_p is not None:  # the law the sampler draws from: truncated
                     allowed = torch.ones(rows.shape[-1], dtype=torch.bool, device=rows.device)
-                    kept = tempered_log_probs(rows, allowed, self.temperature, top_k=self.top_k, top_p=self.top_p)
+                    kept = tempered_log_probs(rows, allowed, self.temperature, top_k=self.top_k, top_p=self.top_p,
+                                              top_p_first=self.top_p_first)
                     rows = rows.masked_fill(kept == -math.inf, -math.inf)
                 total, squares, expected = surprisal_statistics(rows, draws, self.temperature)
                 self.total, self.squares = self.total + total, self.squares + squares
@@ -721,17 +714,30 @@ def decode_agreement(trace: SamplerTrace, reference: SamplerTrace, *, level: flo
                            level=float(level))
 
 
+def sampler_denoiser(denoiser: Denoiser) -> Denoiser:
+    """A diffusion family's ``denoiser`` with the law its own sampler commits from: every id but the mask (LLaDA's
+    and Dream's samplers draw over the whole vocabulary, BOS and EOS included, and a drawn mask commits nothing;
+    MDLM's, BD3-LM's and SEDD's exclude the mask state), where the product's own chains leave the special tokens
+    alone. Other denoisers (a masked LM's) are returned as they are. Cost: none."""
+    if isinstance(denoiser, FullSequenceDenoiser):
+        denoiser.vocab = replace(denoiser.vocab, forbidden_ids=(denoiser.mask_id,))
+        denoiser.forbidden = ~denoiser.vocab.allowed_mask(denoiser.forbidden.device)
+    return denoiser
+
+
 def monitor_sampler(model: nn.Module, run: Callable[[], Any], monitor: ChainMonitor | None = None, *,
                     mask_id: int | None = None, logit_shift: int | None = None,
                     temperature: float = 1.0, parallel: bool = False, parallel_samples: int = 64,
                     top_m: int = 8, denoiser: Denoiser | None = None, family: str | None = None,
                     order_spread: bool = False, top_k: int | None = None, top_p: float | None = None,
-                    overhead: float | None = 0.05) -> SamplerTrace:
+                    overhead: float | None = 0.05, top_p_first: bool | None = None) -> SamplerTrace:
     """Run ``run()`` (a sampler calling ``model``, unmodified) and watch each of its denoising steps; see the module
     docstring. ``temperature``: the temperature the sampler draws at (the reference of the effective temperature and
     of the parallel measurement; 0 for a greedy sampler, whose commits are checked against their argmax and, with
     ``parallel``, against the sequential greedy decode);
-    ``top_k``/``top_p``: the sampler's truncation (nucleus sampling), the law both measure against.
+    ``top_k``/``top_p``: the sampler's truncation (nucleus sampling), the law both measure against, applied
+    together in the family's own order (``top_p_first``: ``None`` for the family's, Dream's the nucleus first,
+    else the top-k first; or say which).
     ``parallel``: measure each step's committed sets (``parallel_samples`` Monte Carlo draws where the tree is large,
     ``top_m`` values per position for the influence estimate) through ``denoiser`` (default: the model's exact
     adapter, :func:`~mlm_dynamics.models.families.denoiser_for`), committed most confident first
@@ -797,24 +803,32 @@ def monitor_sampler(model: nn.Module, run: Callable[[], Any], monitor: ChainMoni
     elif denoiser is not None and logit_shift != int(getattr(denoiser, "logit_shift", 0)):
         raise ValueError(f"logit_shift: {logit_shift} disagrees with the denoiser's {denoiser.logit_shift}; the watch "
                          "and the denoiser would read each position's logits at different places; leave one out")
+    elif denoiser is None and chosen is not None and logit_shift != chosen.logit_shift:
+        raise ValueError(f"logit_shift: {logit_shift} contradicts the {chosen.name} family's {chosen.logit_shift} "
+                         f"({'named by family=' if family is not None else 'detected from the model'}): each "
+                         "position's logits would be read at the wrong place; leave logit_shift out")
     shift = logit_shift
+    if top_p_first is not None and not isinstance(top_p_first, bool):
+        raise ValueError(f"top_p_first must be True, False or None (the family's order), got {top_p_first!r}")
+    nucleus_first = top_p_first if top_p_first is not None else bool(chosen is not None and chosen.top_p_first)
     measure = None
     if parallel:
         if isinstance(parallel_samples, bool) or not isinstance(parallel_samples, int) or parallel_samples < 2:
             raise ValueError(f"parallel_samples must be an integer >= 2, got {parallel_samples!r}")
         if denoiser is None:
             try:
-                denoiser = denoiser_for(model, family=family)
+                denoiser = sampler_denoiser(denoiser_for(model, family=family))
             except ValueError as error:
                 raise ValueError(f"denoiser: parallel=True reads the model's conditionals, and {error}; pass "
                                  "denoiser=") from None
         if denoiser.vocab.mask_id != mask_id:
             raise ValueError(f"denoiser: its mask id {denoiser.vocab.mask_id} is not the sampler's {mask_id}")
-        measure = _Parallel(denoiser, temperature, parallel_samples, top_m, order_spread, top_k, top_p)
+        measure = _Parallel(denoiser, temperature, parallel_samples, top_m, order_spread, top_k, top_p,
+                            nucleus_first)
     padding_id = getattr(denoiser, "padding_id", None) if denoiser is not None else \
         getattr(getattr(model, "config", None), "pad_token_id", None) if chosen is not None else None
     watcher = _Watcher(mask_id, shift, temperature, monitor, measure, top_k, top_p, overhead,
-                       padding_id if isinstance(padding_id, int) and padding_id != mask_id else None)
+                       padding_id if isinstance(padding_id, int) and padding_id != mask_id else None, nucleus_first)
     watcher.trace.parallel_order = ORDER if measure is not None else None
     watcher.trace.temperature, watcher.trace.mask_id = float(temperature), mask_id
     own = model.__dict__.get("forward")  # an instance attribute of its own, put back afterwards

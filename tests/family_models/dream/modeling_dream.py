@@ -64,8 +64,10 @@ class DreamModel(PreTrainedModel):
 
     @torch.no_grad()
     def diffusion_generate(self, input_ids, attention_mask=None, max_new_tokens=8, steps=8, temperature=1.0,
-                           generator=None):
-        """Entropy-ordered unmasking of ``max_new_tokens`` positions after ``input_ids`` (left-padded with EOS)."""
+                           top_p=None, top_k=None, generator=None):
+        """Entropy-ordered unmasking of ``max_new_tokens`` positions after ``input_ids`` (left-padded with EOS);
+        ``top_p``/``top_k`` truncate as Dream's ``sample_tokens`` does: the nucleus first, then the top-k (after the
+        mask id, which a trained Dream never predicts, is left out)."""
         mask_id = self.config.mask_token_id
         x = torch.nn.functional.pad(input_ids, (0, max_new_tokens), value=mask_id)
         tok_idx, full = None, "full"
@@ -78,7 +80,17 @@ class DreamModel(PreTrainedModel):
             logits = self(x, full, tok_idx).logits
             logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)  # position i is predicted at i - 1
             masked = x == mask_id
-            probs = (logits / temperature).softmax(-1)
+            logits = (logits / temperature).masked_fill(
+                torch.arange(logits.shape[-1], device=logits.device) == mask_id, -torch.inf)
+            if top_p is not None and top_p < 1:  # Dream's top_p_logits
+                ordered, order = logits.sort(dim=-1, descending=True)
+                remove = ordered.softmax(-1).cumsum(-1) > top_p
+                remove[..., 1:] = remove[..., :-1].clone()
+                remove[..., 0] = False
+                logits = logits.masked_fill(torch.zeros_like(remove).scatter(-1, order, remove), -torch.inf)
+            if top_k is not None:  # Dream's top_k_logits
+                logits = logits.masked_fill(logits < logits.topk(top_k).values[..., -1:], -torch.inf)
+            probs = logits.softmax(-1)
             draws = torch.multinomial(probs.flatten(0, 1), 1, generator=generator).view(x.shape)
             entropy = -(probs * probs.clamp_min(1e-30).log()).sum(-1)
             score = torch.where(masked, -entropy, -torch.inf)
