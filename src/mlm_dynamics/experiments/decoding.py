@@ -192,8 +192,10 @@ def _rows(spec: DecodingModel, config: ParallelDecodingConfig) -> tuple[Denoiser
         if config.prompts is not None:
             return (denoiser, *_prompt_rows(denoiser, tokenizer, spec, config))
         allowed = denoiser.vocab.allowed_mask().nonzero().squeeze(1)
-        frame = set(denoiser.vocab.frame_ids)
-        allowed = torch.tensor([int(i) for i in allowed if int(i) not in frame])
+        # neither frame ids nor the padding id (LLaDA's and Dream's EOS): a random row with EOS before the window
+        # would read as a right-padded prompt, which the adapters warn about
+        left_out = {*denoiser.vocab.frame_ids, getattr(denoiser, "padding_id", None)}
+        allowed = torch.tensor([int(i) for i in allowed if int(i) not in left_out])
         pick = torch.randint(len(allowed), (config.contexts, config.length),
                              generator=as_generator(config.seed, "diffusion-rows"))
         return denoiser, allowed[pick].to(config.device), None
