@@ -502,7 +502,8 @@ class _Watcher:
                 raise ValueError("a position was committed whose logits the sampler's last (KV-cached) call did not "
                                  "compute, so its law is unknown")
             draws = now[committed]
-            confidence[committed] = logits[chosen].double().softmax(-1).amax(-1).cpu()
+            if self.parallel is not None and self.parallel.greedy:  # the greedy measurement's commit order
+                confidence[committed] = logits[chosen].softmax(-1).amax(-1).double().cpu()
             self.argmax += int((logits[chosen].argmax(-1).cpu() == draws).sum())  # a greedy sampler's every commit
             if self.temperature > 0:
                 rows = logits[chosen]
