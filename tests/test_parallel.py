@@ -472,6 +472,28 @@ def test_the_job_measures_the_users_prompts_as_a_sampler_starts_from_them(tmp_pa
     assert code == 2 and len(error) == 1 and "prompts:" in error[0] and "missing.txt cannot be read" in error[0]
 
 
+def test_the_job_runs_on_a_folder_in_dreams_published_format_and_certifies_its_settings(tmp_path, capsys):
+    """The parallel-decoding job on a Dream-format folder (Dream's from_pretrained override kept): it loads, measures
+    30 random rows (no EOS, Dream's padding id, among them: nothing reads as a right-padded prompt, so no warning) and
+    states its settings with their guarantee (30 rows: enough for 90 % at 95 %)."""
+    import warnings
+
+    from family_models import build
+    from mlm_dynamics.cli import main
+
+    model_dir = build.write("dream", tmp_path / "models")
+    capsys.readouterr()  # the fixture's save progress
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        code = main(["parallel-decoding", "--config", "parallel-decoding", "--out", str(tmp_path / "out"), "--set",
+                     f"models=[{{name: Dream, source: diffusion, name_or_path: '{model_dir}', trust_remote_code: "
+                     "true}]", "--set", "contexts=30", "--set", "window=3", "--set", "samples=8", "--set",
+                     "length=6"])
+    out = capsys.readouterr().out
+    assert code == 0 and (tmp_path / "out" / "report.json").exists()
+    assert "Dream: error K=2" in out and "(each kept on >= 90 % of fresh rows, at 95 %)" in out
+
+
 class RightZeros(torch.nn.Module):
     """Binary positions (ids 0, 1; mask 2) where position ``i`` prefers 0 by ``1 + 0.1 i`` and each committed 0 to
     its right pushes it towards 1 by 2: ``logit_0 = 1 + 0.1 i - 2 #{j > i: x_j = 0}``, ``logit_1 = 0``. Committing

@@ -78,6 +78,7 @@ from torch import Tensor
 
 from .._random import Randomness, as_generator
 from ..models.base import Denoiser, check_attention_mask, require_integer
+from ..models.full_sequence import FullSequenceDenoiser, padded_rows
 from ..models.toy import enumerate_states
 from ..sampling.categorical import check_temperature, check_truncation, inverse_cdf, tempered_log_probs
 from .means import betting_interval
@@ -346,6 +347,12 @@ def check_commit_positions(denoiser: Denoiser, tokens: Tensor, positions: Tensor
     if bool((ordered[:, 1:] == ordered[:, :-1]).any()):
         raise ValueError("positions must be distinct within each row")
     mask = check_attention_mask(attention_mask, tokens)
+    if mask is None and isinstance(denoiser, FullSequenceDenoiser) and denoiser.padding_id is not None \
+            and not denoiser.warned_padding:  # the caller's rows, not the sequential forwards' (drawn EOS)
+        right = padded_rows(tokens.long().scatter(1, positions.long(), denoiser.mask_id), denoiser.mask_id,
+                            denoiser.padding_id)[1]
+        if right:
+            denoiser.warn_padding(right, "end their prompt, right before the masked positions, with")
     free = denoiser.free_mask(tokens, mask).gather(1, positions.long())
     if not bool(free.all()):
         row, column = (int(i) for i in (~free).nonzero()[0])

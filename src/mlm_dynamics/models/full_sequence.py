@@ -161,6 +161,15 @@ class FullSequenceDenoiser(Denoiser):
         self.padding_id, self.warned_padding = padding_id, False
         self.register_buffer("forbidden", ~vocab.allowed_mask(), persistent=False)
 
+    def warn_padding(self, rows: list[int], kind: str) -> None:
+        """Once per denoiser: rows of a call without ``attention_mask`` that ``kind`` (start with, or end their
+        prompt with) the padding id, which is also a real token: the model attends to it, so their conditionals are
+        not those of the unpadded rows."""
+        self.warned_padding = True
+        warnings.warn(f"tokens: rows {rows[:5]} {kind} the padding id {self.padding_id} and no attention_mask= was "
+                      "given: the model attends to the padding, so their conditionals are not those of the unpadded "
+                      "rows; pass attention_mask= (1: a real token)", RuntimeWarning, stacklevel=5)
+
     def free_mask(self, tokens: Tensor, attention_mask: Tensor | None = None) -> Tensor:
         """As :meth:`Denoiser.free_mask`; with a logit shift, positions before it have no conditional."""
         free = super().free_mask(tokens, attention_mask)
@@ -172,16 +181,11 @@ class FullSequenceDenoiser(Denoiser):
         if bool((positions < self.logit_shift).any()):
             raise ValueError(f"positions: with logit_shift={self.logit_shift} the conditional of position i is read "
                              f"at i - {self.logit_shift}, so positions below {self.logit_shift} have none")
-        masked = mask_positions(tokens, positions, self.mask_id)
         if attention_mask is None and self.padding_id is not None and not self.warned_padding:
-            left, right = padded_rows(masked, self.mask_id, self.padding_id)
-            if left or right:
-                self.warned_padding = True
-                kind = "start with" if left else "end their prompt, right before the masked positions, with"
-                warnings.warn(f"tokens: rows {(left or right)[:5]} {kind} the padding id {self.padding_id} and no "
-                              "attention_mask= was given: the model attends to the padding, so their conditionals "
-                              "are not those of the unpadded rows; pass attention_mask= (1: a real token)",
-                              RuntimeWarning, stacklevel=4)
+            padded = (tokens[:, 0] == self.padding_id).nonzero().squeeze(1)
+            if len(padded):
+                self.warn_padding(padded.tolist(), "start with")
+        masked = mask_positions(tokens, positions, self.mask_id)
         kwargs = dict(self.condition(masked, positions)) if self.condition is not None else {}
         if self.attention is not None:
             kwargs.update(self.attention(attention_mask))
