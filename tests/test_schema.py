@@ -130,6 +130,35 @@ def test_no_command_writes_over_another_jobs_results(outputs, tmp_path, capsys):
     assert "holds an unfinished run (checkpoint.pt); add --resume to continue it" in capsys.readouterr().err
 
 
+def test_overwrite_keeps_the_old_results_until_the_new_ones_are_whole(outputs, tmp_path, capsys):
+    """`run --overwrite` refused after the output was claimed (a budget that runs out while the model loads) leaves
+    every file of the finished run byte for byte, says so, and leaves no staging folder; `compare --overwrite` that
+    fails on a run it cannot read keeps the old comparison; one that succeeds replaces it and keeps the user's own
+    file in the folder. (Before, the marker was deleted first: a refusal lost the report.)"""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(outputs / "run", run)
+    before = _files(run)
+    assert _job("run", run, "--overwrite", "--budget", "1e-9") == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and "budget" in error and f"results already in --out {run} are kept" in error
+    assert _files(run) == before and sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+    compare = tmp_path / "compare"
+    shutil.copytree(outputs / "compare", compare)
+    (compare / "notes.txt").write_text("my notes")
+    kept = _files(compare)
+    assert main(["compare", str(outputs / "sweep"), str(tmp_path / "missing"), "--out", str(compare),
+                 "--overwrite"]) == 2
+    assert "are kept as they were" in capsys.readouterr().err and _files(compare) == kept
+    assert main(["compare", str(outputs / "short-sweep"), str(outputs / "sweep"), "--out", str(compare),
+                 "--overwrite"]) == 0
+    assert json.loads((compare / "compare.json").read_text())["runs"] == ["short-sweep", "sweep"]
+    assert (compare / "notes.txt").read_text() == "my notes"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["compare", "run"]
+
+
 def test_a_report_written_before_schema_versions_reads_as_version_zero(tmp_path):
     """The trimmed reports the docs ship carry no marker: they are read by their sections, and checked."""
     docs = Path(__file__).resolve().parents[1] / "docs" / "data"

@@ -29,7 +29,7 @@ from .experiments.rectangles import RectangleTableConfig, run_rectangle_table
 from .experiments.semantics import CaseStudyConfig, run_case_study
 from .experiments.sweep import SweepConfig, run_sweep
 from .models.cost import CostLedger, process_started
-from .report.artifacts import CHECKPOINTS, claim_out
+from .report.artifacts import CHECKPOINTS, KeptResults, claim_out, held_by, replacing
 from .report.compare_report import compare_summary, write_compare_report
 from .report.decoding_report import parallel_decoding_summary, write_parallel_decoding
 from .report.history_report import findings, write_history_report
@@ -209,10 +209,27 @@ def main(argv: list[str] | None = None) -> int:
         check_out_dir(args.out)
         cluster = getattr(args, "num_nodes", 1) > 1  # every rank of a cluster run writes into the shared --out
         with nullcontext() if cluster else OutputLock(args.out):
-            claim_out(args.out, args.command, resume=args.resume, overwrite=args.overwrite)
-            summary = _run_job(args, config)
+            replace = claim_out(args.out, args.command, resume=args.resume, overwrite=args.overwrite)
+            if replace and not cluster:  # the old results stay until the new ones are whole
+                with replacing(args.out, keep_staged=(RunInterrupted,)) as staged:
+                    summary = _run_job(argparse.Namespace(**{**vars(args), "out": staged}), config)
+            else:
+                if replace:  # every rank of a cluster writes into --out itself: the old marker goes first
+                    _drop_marker(args.out)
+                summary = _run_job(args, config)
         if summary is None:  # another rank of a cluster run: global rank 0 writes the report
             return 0
+    except KeptResults as kept:
+        if isinstance(kept.error, RunInterrupted) and kept.staged is not None:  # continued where it was written
+            in_staging = argparse.Namespace(**{**vars(args), "out": kept.staged})
+            print(interrupted_line(in_staging, _out_replaced(argv, kept.staged), f"{kept.error.detail}; the results "
+                                   f"already in --out {args.out} are kept as they were"), file=sys.stderr)
+            return 130
+        if not isinstance(kept.error, (ValueError, FileNotFoundError, ModuleNotFoundError, FloatingPointError,
+                                       OSError)):
+            raise kept.error from kept
+        print(f"mlm-dynamics: error: {one_line(str(kept))}", file=sys.stderr)
+        return 2
     except (ValueError, FileNotFoundError, ModuleNotFoundError, FloatingPointError) as error:  # ConfigError too
         print(f"mlm-dynamics: error: {one_line(str(error))}", file=sys.stderr)
         return 2
@@ -230,6 +247,29 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _out_replaced(argv: list[str], out: Path) -> list[str]:
+    """``argv`` with ``--out`` set to ``out`` and ``--overwrite`` left out: the command that continues a replacing
+    run that was interrupted, in the folder it was writing."""
+    kept: list[str] = []
+    skip = False
+    for item in argv:
+        if skip:
+            skip = False
+        elif item == "--out":
+            skip = True
+        elif not item.startswith("--out=") and item != "--overwrite":
+            kept.append(item)
+    return [*kept, "--out", str(out)]
+
+
+def _drop_marker(out: Path) -> None:
+    """Remove the marker of the finished results in ``out`` (a cluster run writes into ``out`` itself), so that a
+    report cut short is never read as the old one or as whole."""
+    held = held_by(out)
+    if held is not None and held.finished:
+        (out / held.file).unlink()
+
+
 def _history(args: argparse.Namespace) -> int:
     """``mlm-dynamics report LOGDIR [--run A --run B]``: read the logs (one run, or several overlaid), write the
     history report, print where it is."""
@@ -238,9 +278,14 @@ def _history(args: argparse.Namespace) -> int:
         names = list(dict.fromkeys(args.run)) if args.run else [None]
         runs = [read_logs(args.logdir, run=name) for name in names]
         check_out_dir(out)
-        claim_out(out, "history", overwrite=args.overwrite)
-        reports = write_history_report(runs, out, f"mlm_dynamics: mixing history of {args.logdir.name}")
-    except ValueError as error:  # ConfigError too
+        title = f"mlm_dynamics: mixing history of {args.logdir.name}"
+        with OutputLock(out):
+            if claim_out(out, "history", overwrite=args.overwrite):
+                with replacing(out) as staged:
+                    reports = write_history_report(runs, staged, title)
+            else:
+                reports = write_history_report(runs, out, title)
+    except (ValueError, KeptResults) as error:  # ConfigError too
         print(f"mlm-dynamics: error: {one_line(str(error))}", file=sys.stderr)
         return 2
     for run, report in zip(runs, reports, strict=True):
@@ -258,9 +303,13 @@ def _compare(args: argparse.Namespace) -> int:
     is."""
     try:
         check_out_dir(args.out)
-        claim_out(args.out, "compare", overwrite=args.overwrite)
-        compared = write_compare_report(args.runs, args.out)
-    except ValueError as error:
+        with OutputLock(args.out):
+            if claim_out(args.out, "compare", overwrite=args.overwrite):
+                with replacing(args.out) as staged:
+                    compared = write_compare_report(args.runs, staged)
+            else:
+                compared = write_compare_report(args.runs, args.out)
+    except (ValueError, KeptResults) as error:
         print(f"mlm-dynamics: error: {one_line(str(error))}", file=sys.stderr)
         return 2
     print(compare_summary(compared))

@@ -104,8 +104,8 @@ class ParallelDecoding(DiagnosticCallback):
     sets with their certificates checked; see :class:`~mlm_dynamics.probes.decoding.ParallelDecodingProbe`.
 
     Logs under ``{prefix}parallel/{stage}/``: ``tv_k{n}``, ``tv_high_k{n}``, ``first_order_k{n}``,
-    ``certificate_k{n}``, ``{rule}/k``, ``{rule}/tv``, ``{rule}/violated``, ``k_for_tv{target}``,
-    ``threshold_for_tv{target}``. Cost per run: at most
+    ``certificate_k{n}``, ``{rule}/k``, ``{rule}/tv``, ``{rule}/violated``, and with ``num_starts >= 29`` (what a
+    guarantee needs) ``k_for_tv{target}``, ``threshold_for_tv{target}``. Cost per run: at most
     ``num_starts (1 + sum_{n=2}^{window} (2 + samples (n - 1) + n top_m))`` forward rows.
     """
 

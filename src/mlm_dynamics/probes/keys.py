@@ -83,7 +83,7 @@ def headline_keys(prefix: str = "", stage: str = "train") -> dict[str, list[str]
               "rectangle": ["prevalence", "abs_r_median"], "influence": ["dobrushin_tau{t}", "tau_star"],
               "drift": ["drift_mean", "hit_fraction_d{d}", "rhat_drift"],
               "traps": ["trap_rate", "num_basins", "dwell_time_mean", "drift_mean", "topic/{name}"],
-              "parallel": ["tv_k{n}", "k_for_tv{target}", "{rule}/violated"]}
+              "parallel": ["tv_k{n}", "{rule}/k", "{rule}/violated"]}
     return {SECTION_TITLES[group]: [f"{prefix}{group}/{stage}/{name}" for name in names]
             for group, names in chosen.items()}
 

@@ -9,6 +9,10 @@ sections (a run's ``mixing`` and ``chains``, a sweep's ``sweep``). A checkpoint 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,26 +85,64 @@ def held_by(folder: Path) -> Held | None:
     return None
 
 
-def claim_out(folder: Path, job: str, *, resume: bool = False, overwrite: bool = False) -> None:
+def claim_out(folder: Path, job: str, *, resume: bool = False, overwrite: bool = False) -> bool:
     """Check that ``job`` may write into ``folder`` before any work: a ValueError naming what the folder holds when
     it holds another job's results (always refused: choose another ``--out``), or results of the same job without
-    ``overwrite`` or ``resume`` (which continues that run from its checkpoint). With ``overwrite`` the old marker file
-    goes first, so that a report cut short is never read as the old one or as whole."""
+    ``overwrite`` or ``resume`` (which continues that run from its checkpoint). Returns whether the job replaces
+    results already there (``overwrite``): it must then write them whole elsewhere first (:func:`replacing`)."""
     held = held_by(folder)
     if held is None:
-        return
+        return False
     if held.job != job:
         raise ValueError(f"--out {folder} holds {held.text()}; a {NOUNS.get(job, job)} never writes over another "
                          "job's results: choose another --out")
     if resume:  # the same run, continued: its report is replaced by a more complete one
-        return
+        return False
     if overwrite:
-        if held.finished:
-            (folder / held.file).unlink()
-        return
+        return True
     options = "add --resume to continue it, --overwrite to start again" if not held.finished else \
         "add --overwrite to replace it" + (", --resume to continue it" if job in CHECKPOINTS else "")
     raise ValueError(f"--out {folder} holds {held.text()}; {options}, or choose another --out")
 
 
-__all__ = ["CHECKPOINTS", "MARKERS", "NOUNS", "SCHEMA_VERSION", "Held", "artifact", "claim_out", "held_by", "job_in"]
+class KeptResults(Exception):
+    """A replacement that did not finish: ``folder``'s results are kept as they were; ``staged`` holds what the
+    replacing job wrote when it is worth keeping (an interrupted run's checkpoint), else ``None``."""
+
+    def __init__(self, error: BaseException, folder: Path, staged: Path | None) -> None:
+        where = f"; what this job wrote is in {staged}" if staged is not None else ""
+        super().__init__(f"{error}; the results already in --out {folder} are kept as they were{where}")
+        self.error, self.folder, self.staged = error, folder, staged
+
+
+@contextmanager
+def replacing(folder: Path, *, keep_staged: tuple[type[BaseException], ...] = ()) -> Iterator[Path]:
+    """Replace ``folder``'s results only by whole ones: yields a fresh sibling folder (same file system) to write
+    into; when the block ends normally the staged files take their place (the old folder renamed aside, its other
+    entries, files the new job did not write, moved into the new one, then the old one removed), so a reader sees
+    the old results or the new ones, never a mix. Any exception leaves ``folder`` as it was and is raised as
+    :class:`KeptResults` saying so; the staged folder is removed, or kept and named for the exceptions in
+    ``keep_staged`` (an interrupted run: its report and checkpoint). Cost: two renames."""
+    staging = folder.parent / f".{folder.name}.staging-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    try:
+        yield staging
+    except BaseException as error:
+        keep = isinstance(error, keep_staged)
+        if not keep:
+            shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(error, (KeyboardInterrupt, SystemExit)):
+            raise
+        raise KeptResults(error, folder, staging if keep else None) from error
+    aside = folder.parent / f".{folder.name}.replaced-{os.getpid()}"
+    folder.rename(aside)
+    staging.rename(folder)
+    for entry in aside.iterdir():  # the user's own files, and old ones the new job does not write, stay
+        if entry.name != ".lock" and not (folder / entry.name).exists():
+            entry.rename(folder / entry.name)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+__all__ = ["CHECKPOINTS", "MARKERS", "NOUNS", "SCHEMA_VERSION", "Held", "KeptResults", "artifact", "claim_out",
+           "held_by", "job_in", "replacing"]
