@@ -754,8 +754,9 @@ def monitor_sampler(model: nn.Module, run: Callable[[], Any], monitor: ChainMoni
     as Fast-dLLM's ``fastdllm_dream``, follows its conventions) or detected from the model.
 
     Examples:
-        A toy loop that reveals one position per step with a greedy pick (a cooled sampler: effective temperature
-        below the asked 1):
+        A toy loop that reveals one position per step with a greedy pick, watched as if it drew at temperature 1: a
+        cooled sampler (effective temperature below the asked 1), also warned about as greedy (pass
+        ``temperature=0`` for such a loop):
 
         >>> import torch
         >>> from mlm_dynamics.tracking.sampler_monitor import monitor_sampler
