@@ -29,7 +29,7 @@ from .experiments.rectangles import RectangleTableConfig, run_rectangle_table
 from .experiments.semantics import CaseStudyConfig, run_case_study
 from .experiments.sweep import SweepConfig, run_sweep
 from .models.cost import CostLedger, process_started
-from .report.artifacts import CHECKPOINTS, KeptResults, claim_out, held_by, replacing
+from .report.artifacts import CHECKPOINTS, KeptResults, claim_out, held_by, written_into
 from .report.compare_report import compare_summary, write_compare_report
 from .report.decoding_report import parallel_decoding_summary, write_parallel_decoding
 from .report.history_report import findings, write_history_report
@@ -210,13 +210,11 @@ def main(argv: list[str] | None = None) -> int:
         cluster = getattr(args, "num_nodes", 1) > 1  # every rank of a cluster run writes into the shared --out
         with nullcontext() if cluster else OutputLock(args.out):
             replace = claim_out(args.out, args.command, resume=args.resume, overwrite=args.overwrite)
-            if replace and not cluster:  # the old results stay until the new ones are whole
-                with replacing(args.out, keep_staged=(RunInterrupted,)) as staged:
-                    summary = _run_job(argparse.Namespace(**{**vars(args), "out": staged}), config)
-            else:
-                if replace:  # every rank of a cluster writes into --out itself: the old marker goes first
-                    _drop_marker(args.out)
-                summary = _run_job(args, config)
+            if replace and cluster:  # every rank of a cluster writes into --out itself: the old marker goes first
+                _drop_marker(args.out)
+            # elsewhere the old results stay until the new ones are whole
+            with written_into(args.out, replace and not cluster, keep_staged=(RunInterrupted,)) as target:
+                summary = _run_job(argparse.Namespace(**{**vars(args), "out": target}), config)
         if summary is None:  # another rank of a cluster run: global rank 0 writes the report
             return 0
     except KeptResults as kept:
@@ -279,12 +277,8 @@ def _history(args: argparse.Namespace) -> int:
         runs = [read_logs(args.logdir, run=name) for name in names]
         check_out_dir(out)
         title = f"mlm_dynamics: mixing history of {args.logdir.name}"
-        with OutputLock(out):
-            if claim_out(out, "history", overwrite=args.overwrite):
-                with replacing(out) as staged:
-                    reports = write_history_report(runs, staged, title)
-            else:
-                reports = write_history_report(runs, out, title)
+        with OutputLock(out), written_into(out, claim_out(out, "history", overwrite=args.overwrite)) as target:
+            reports = write_history_report(runs, target, title)
     except (ValueError, KeptResults) as error:  # ConfigError too
         print(f"mlm-dynamics: error: {one_line(str(error))}", file=sys.stderr)
         return 2
@@ -303,12 +297,9 @@ def _compare(args: argparse.Namespace) -> int:
     is."""
     try:
         check_out_dir(args.out)
-        with OutputLock(args.out):
-            if claim_out(args.out, "compare", overwrite=args.overwrite):
-                with replacing(args.out) as staged:
-                    compared = write_compare_report(args.runs, staged)
-            else:
-                compared = write_compare_report(args.runs, args.out)
+        with OutputLock(args.out), \
+                written_into(args.out, claim_out(args.out, "compare", overwrite=args.overwrite)) as target:
+            compared = write_compare_report(args.runs, target)
     except (ValueError, KeptResults) as error:
         print(f"mlm-dynamics: error: {one_line(str(error))}", file=sys.stderr)
         return 2

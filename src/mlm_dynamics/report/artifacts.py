@@ -12,7 +12,7 @@ import json
 import os
 import shutil
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -144,5 +144,12 @@ def replacing(folder: Path, *, keep_staged: tuple[type[BaseException], ...] = ()
     shutil.rmtree(aside, ignore_errors=True)
 
 
+def written_into(folder: Path, replace: bool, *,
+                 keep_staged: tuple[type[BaseException], ...] = ()) -> AbstractContextManager[Path]:
+    """The folder a command writes its results into: ``folder`` itself, or with ``replace`` (what
+    :func:`claim_out` returned) a staged sibling that takes its place only when whole (:func:`replacing`)."""
+    return replacing(folder, keep_staged=keep_staged) if replace else nullcontext(folder)
+
+
 __all__ = ["CHECKPOINTS", "MARKERS", "NOUNS", "SCHEMA_VERSION", "Held", "KeptResults", "artifact", "claim_out",
-           "held_by", "job_in", "replacing"]
+           "held_by", "job_in", "replacing", "written_into"]

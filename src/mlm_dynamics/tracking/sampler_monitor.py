@@ -362,7 +362,7 @@ class _Watcher:
         self.expected = torch.zeros(len(TEMPERATURE_GRID), dtype=torch.float64)
         self.full: Tensor | None = None  # the whole sequence as the last call left it (a cached call's window in)
         self.count = 0
-        self.argmax = 0  # temperature 0: commits that were their position's argmax
+        self.argmax = 0  # commits that were their position's argmax (a greedy sampler's every one)
         self.unread = 0  # outermost calls whose tokens [B, L] (integers) or logits [B, L, V] could not be read
 
     def watch(self, forward: Callable[..., Any]) -> Callable[..., Any]:
