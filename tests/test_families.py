@@ -3,7 +3,9 @@ one-line route gives conditionals equal to a softmax computed by hand from the m
 block-causal and time-conditioned models included), Glauber chains, coupled pairs and the rectangle test run on
 them, and each family's own decoding loop is monitored without editing it."""
 
+import copy
 import math
+import warnings
 
 import pytest
 import torch
@@ -48,6 +50,15 @@ def batch(padded: bool):
         tokens[1, :3], mask[1, :3] = EOS, False
         tokens[2, -2:] = EOS
     return tokens, mask if padded else None
+
+
+def dream_fork(dream):
+    """Fast-dLLM's Dream as it ships: Dream's model under another class and model_type (`fastdllm_dream`)."""
+    fork = copy.copy(dream)
+    fork.__class__ = type("FastDllmDream", (type(dream),), {})
+    fork.config = copy.deepcopy(dream.config)
+    fork.config.model_type, fork.config.architectures = "fastdllm_dream", ["FastDllmDream"]
+    return fork
 
 
 def own_logits(family, model, masked, mask):
@@ -224,7 +235,6 @@ def test_padded_prompts_without_an_attention_mask_are_warned_about_once_and_name
     """Fast-dLLM right-pads batched prompts with EOS ([prompt, EOS, ..., EOS, mask, ...]); passed without an attention
     mask, the model attends to the padding and every conditional the watch reads is the padded row's. The watch
     says so once (left padding too) and returns the decode unchanged; with the mask passed it says nothing."""
-    import warnings
 
     llada = attach("llada", directories)[1]
     samplers = build.samplers()
@@ -292,7 +302,10 @@ def test_the_monitor_refuses_what_does_not_fit_and_never_loses_the_output(direct
 
 def test_a_greedy_sampler_is_measured_as_what_it_is_and_a_failing_watch_keeps_the_output(directories):
     """LLaDA's default, temperature 0: every commit is its position's argmax (argmax_fraction 1), where the same
-    sampler at temperature 1 commits draws that often are not; no effective temperature is made up. A monitor whose
+    sampler at temperature 1 commits draws that often are not; no effective temperature is made up. Watched with the
+    default temperature 1, the greedy decode's 32 argmax commits, which a temperature-1 sampler makes with a tiny
+    probability, are warned about once and said in the trace; the sampler drawing at temperature 1 is not. A monitor
+    whose
     own observation fails mid-run stops watching (one warning) and the sampler's output comes back whole, the same
     tokens as an unwatched run."""
     from mlm_dynamics.tracking.monitor import ChainMonitor
@@ -308,6 +321,13 @@ def test_a_greedy_sampler_is_measured_as_what_it_is_and_a_failing_watch_keeps_th
 
     greedy = monitor_sampler(llada, run(0.0), temperature=0.0)
     assert greedy.problem is None and greedy.effective == {"argmax_fraction": 1.0} and sum(greedy.committed) == 32
+    with pytest.warns(RuntimeWarning, match=r"all 32 commits were their position's argmax.*pass temperature=0"):
+        mistaken = monitor_sampler(llada, run(0.0))
+    assert mistaken.effective["argmax_fraction"] == 1.0 and "looks greedy" in mistaken.looks_greedy
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        honest = monitor_sampler(llada, run(1.0))
+    assert honest.looks_greedy is None and honest.effective["argmax_fraction"] < 1.0
     drawn = monitor_sampler(llada, run(1.0), temperature=0.0)
     assert drawn.effective["argmax_fraction"] < 1.0
 
@@ -373,42 +393,13 @@ def test_a_greedy_llada_decode_is_measured_against_its_sequential_greedy_decode_
     assert differing > 0
 
 
-def test_a_greedy_sampler_watched_at_a_temperature_is_warned_about_and_an_honest_one_is_not(directories):
-    """LLaDA's greedy decode watched with the default temperature 1: all 32 commits are argmax, which a
-    temperature-1 sampler does with a tiny probability: one warning, said in the trace. The same sampler drawing at
-    temperature 1 is not warned about."""
-    import warnings
-
-    llada = attach("llada", directories)[1]
-    samplers = build.samplers()
-    prompt = torch.randint(3, build.VOCAB - 1, (4, 4), generator=torch.Generator().manual_seed(1))
-
-    def run(temperature):
-        return lambda: samplers.llada_generate(llada, prompt, gen_length=8, block_length=8, steps=4,
-                                               mask_id=build.MASK_ID, temperature=temperature,
-                                               generator=torch.Generator().manual_seed(0))
-
-    with pytest.warns(RuntimeWarning, match=r"all 32 commits were their position's argmax.*pass temperature=0"):
-        trace = monitor_sampler(llada, run(0.0))
-    assert trace.effective["argmax_fraction"] == 1.0 and "looks greedy" in trace.looks_greedy
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        honest = monitor_sampler(llada, run(1.0))
-    assert honest.looks_greedy is None and honest.effective["argmax_fraction"] < 1.0
-
-
 def test_a_fork_of_a_family_is_watched_with_its_conventions_from_family_or_the_denoiser(directories):
     """Fast-dLLM's Dream (`fastdllm_dream`: another class and model_type, Dream's conventions): refused without a way
     to its mask id, the error naming family=; with family="dream", or with denoiser= carrying the mask id and the
     one-position logit shift, the trace is the one of the original Dream model, the shift included (read without
     it, the same run looks like another sampler)."""
-    import copy
-
     dream = attach("dream", directories)[1]
-    fork = copy.copy(dream)
-    fork.__class__ = type("FastDllmDream", (type(dream),), {})
-    fork.config = copy.deepcopy(dream.config)
-    fork.config.model_type, fork.config.architectures = "fastdllm_dream", ["FastDllmDream"]
+    fork = dream_fork(dream)
     prompt, prompt_mask = batch(True)
 
     def run(model):
@@ -477,8 +468,6 @@ def test_a_logit_shift_or_family_that_contradicts_the_model_is_refused_naming_bo
     """Dream shifts its logits by one; logit_shift=0 for a Dream model (named or detected) is refused naming both,
     where it used to read every position's logits at the wrong place. A fork of Dream (Fast-dLLM's `fastdllm_dream`)
     named as LLaDA is refused naming the family it forks."""
-    import copy
-
     dream = attach("dream", directories)[1]
     prompt, prompt_mask = batch(True)
 
@@ -490,10 +479,7 @@ def test_a_logit_shift_or_family_that_contradicts_the_model_is_refused_naming_bo
         monitor_sampler(dream, run(dream), family="dream", logit_shift=0)
     with pytest.raises(ValueError, match=r"logit_shift: 0 contradicts the dream family's 1 \(detected"):
         monitor_sampler(dream, run(dream), logit_shift=0)
-    fork = copy.copy(dream)
-    fork.__class__ = type("FastDllmDream", (type(dream),), {})
-    fork.config = copy.deepcopy(dream.config)
-    fork.config.model_type, fork.config.architectures = "fastdllm_dream", ["FastDllmDream"]
+    fork = dream_fork(dream)
     with pytest.raises(ValueError, match=r"family: 'llada' was named, but the model is a fork of dream"):
         monitor_sampler(fork, run(fork), family="llada")
 
@@ -842,7 +828,6 @@ def test_visible_padding_without_an_attention_mask_is_warned_about_once(family, 
     positions = torch.tensor([[4], [6], [8]])
     with pytest.warns(RuntimeWarning, match=r"rows \[1\] start with the padding id 2"):
         denoiser.conditional_logits(tokens, positions)
-    import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
