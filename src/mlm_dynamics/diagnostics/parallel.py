@@ -693,6 +693,14 @@ def rows_for_guarantee(share: float, level: float) -> int:
     return math.ceil(math.log(1 - level) / math.log(share) - 1e-12)
 
 
+SHARE, LEVEL = 0.9, 0.95
+"""The default guarantee of a :class:`DecodingSetting`: at least ``SHARE`` of fresh rows keep the target, with
+probability ``LEVEL`` over the calibration rows; the summaries, logs and reports state settings at these."""
+
+ROWS_NEEDED = rows_for_guarantee(SHARE, LEVEL)
+"""The fewest calibration rows for a setting at the default guarantee (29)."""
+
+
 def fixed_sequence(over: Tensor, share: float, level: float) -> tuple[int, Tensor]:
     """Learn-then-Test with fixed-sequence testing (Angelopoulos, Bates, Candes, Jordan and Lei): ``over [N, C]``
     says, for each of ``N`` calibration rows (i.i.d. draws of the decoding states) and ``C`` candidate settings in a
@@ -852,7 +860,7 @@ class ConfidenceProfile:
         k = commits.clamp(1, self.max_k)
         return (self.tv_high[rows].gather(1, (k - 1)[:, None])[:, 0] <= target) & (commits <= self.max_k)
 
-    def setting(self, target: float, *, share: float = 0.9, level: float = 0.95) -> DecodingSetting:
+    def setting(self, target: float, *, share: float = SHARE, level: float = LEVEL) -> DecodingSetting:
         """The one threshold and the one K for ``target``, each guaranteed to keep it on ``share`` of fresh rows with
         probability ``level`` over these rows (:func:`certify_setting`). A setting, not a mean: each row's own
         :meth:`keep` would commit more on some rows and pass the target on others. Cost: no forward."""
@@ -880,7 +888,7 @@ class ConfidenceProfile:
                 out[f"{rule}{parameter:g}/{key}"] = float(outcome[key].double().mean())
         rows = self.confidence.shape[0]
         for target in self.targets:
-            if rows < rows_for_guarantee(0.9, 0.95):
+            if rows < ROWS_NEEDED:
                 values = (math.nan,) * 4
             else:
                 setting = self.setting(target)
@@ -919,7 +927,7 @@ class GreedyProfile:
         """The largest set measured."""
         return int(self.differ.shape[1])
 
-    def setting(self, *, tolerance: int = 0, share: float = 0.9, level: float = 0.95) -> DecodingSetting:
+    def setting(self, *, tolerance: int = 0, share: float = SHARE, level: float = LEVEL) -> DecodingSetting:
         """The one threshold and the one K whose committed tokens differ from the sequential greedy decode's in at
         most ``tolerance`` positions (0: the same tokens) on ``share`` of fresh rows, with probability ``level``
         over these rows (:func:`certify_setting`; the setting's ``target`` is ``tolerance``). Cost: no forward."""
@@ -940,7 +948,7 @@ class GreedyProfile:
         for n in range(1, self.max_k + 1):
             out[f"differ_k{n}"] = float(self.differ[:, n - 1].double().mean())
             out[f"match_k{n}"] = float((self.differ[:, n - 1] == 0).double().mean())
-        if self.confidence.shape[0] >= rows_for_guarantee(0.9, 0.95):
+        if self.confidence.shape[0] >= ROWS_NEEDED:
             setting = self.setting()
             out["k_for_match"], out["threshold_for_match"] = float(setting.k), setting.threshold
         else:
@@ -1077,8 +1085,11 @@ def confidence_profile(denoiser: Denoiser, tokens: Tensor, candidates: Tensor, *
 __all__ = [
     "DEFAULT_RULES",
     "GREEDY_TIE",
+    "LEVEL",
     "MAX_ROWS",
+    "ROWS_NEEDED",
     "RULES",
+    "SHARE",
     "THRESHOLD_GRID",
     "ConfidenceProfile",
     "DecodingSetting",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..diagnostics.parallel import ConfidenceProfile, rows_for_guarantee
+from ..diagnostics.parallel import LEVEL, ROWS_NEEDED, SHARE, ConfidenceProfile
 from ..experiments.config import to_dict
 from ..experiments.decoding import DecodingResult, ParallelDecodingConfig
 from ..models.cost import CostLedger
@@ -43,6 +43,10 @@ def parallel_section(results: list[DecodingResult], thresholds: list[float]) -> 
                    tables=[("", table)], figures=drawn)
 
 
+GUARANTEE = f"kept on >= {100 * SHARE:g} % of fresh rows, at {100 * LEVEL:g} %"
+"""How a report states the default guarantee of a setting."""
+
+
 def _numbers(result: DecodingResult) -> dict[str, float]:
     return {key: value for key, value in result.summary().items() if isinstance(value, float)}
 
@@ -53,14 +57,13 @@ def _row(result: DecodingResult) -> dict[str, Any]:
     for n in (2, result.profile.max_k // 2, result.profile.max_k):
         shown[f"error K={n}"] = f"{summary[f'tv_k{n}']:.3g} [{summary[f'tv_low_k{n}']:.3g}, " \
                                 f"{summary[f'tv_high_k{n}']:.3g}]"
-    rows, needed = result.profile.confidence.shape[0], rows_for_guarantee(0.9, 0.95)
+    rows = result.profile.confidence.shape[0]
     for target in result.profile.targets:
-        if rows < needed:
-            shown[f"setting for error <= {target:g}"] = f"none: a guarantee needs {needed} rows, measured {rows}"
+        if rows < ROWS_NEEDED:
+            shown[f"setting for error <= {target:g}"] = f"none: a guarantee needs {ROWS_NEEDED} rows, measured {rows}"
             continue
         setting = result.profile.setting(target)
-        shown[f"setting for error <= {target:g}"] = (f"K {setting.k}, threshold {setting.threshold:.3g} (kept on "
-                                                     f">= 90 % of fresh rows, at 95 %)")
+        shown[f"setting for error <= {target:g}"] = f"K {setting.k}, threshold {setting.threshold:.3g} ({GUARANTEE})"
     violated = [f"{rule} {parameter:g}" for rule, parameter in result.profile.rules
                 if summary[f"{rule}{parameter:g}/violated"] > 0]
     shown["certificates violated"] = ", ".join(violated) or "none"
@@ -82,13 +85,13 @@ def _write_pages(config: ParallelDecodingConfig, results: list[DecodingResult], 
 
 
 def setting_text(profile: ConfidenceProfile) -> str:
-    """The settings a profile certifies for its targets (90 % of fresh rows, at 95 %), or why there are none."""
-    rows, needed = profile.confidence.shape[0], rows_for_guarantee(0.9, 0.95)
-    if rows < needed:
-        return f"no setting: a guarantee needs {needed} rows, measured {rows}"
+    """The settings a profile certifies for its targets (:data:`GUARANTEE`), or why there are none."""
+    rows = profile.confidence.shape[0]
+    if rows < ROWS_NEEDED:
+        return f"no setting: a guarantee needs {ROWS_NEEDED} rows, measured {rows}"
     settings = [profile.setting(target) for target in profile.targets]
     return ", ".join(f"error <= {s.target:g}: K {s.k} or threshold {s.threshold:.3g}" for s in settings) + \
-        " (each kept on >= 90 % of fresh rows, at 95 %)"
+        f" (each {GUARANTEE})"
 
 
 def parallel_decoding_summary(results: list[DecodingResult]) -> str:
