@@ -498,15 +498,15 @@ class _Watcher:
             index = torch.zeros_like(before, dtype=torch.bool)
             index[:, :width] = committed
             chosen = index[before == self.mask_id]  # logits rows follow the previous masked positions, row-major
-            if bool(logits[chosen].isnan().all(-1).any()):
+            rows = logits[chosen]  # one copy of the committed positions' logits, read below
+            if bool(rows.isnan().all(-1).any()):
                 raise ValueError("a position was committed whose logits the sampler's last (KV-cached) call did not "
                                  "compute, so its law is unknown")
             draws = now[committed]
             if self.parallel is not None and self.parallel.greedy:  # the greedy measurement's commit order
-                confidence[committed] = logits[chosen].softmax(-1).amax(-1).double().cpu()
-            self.argmax += int((logits[chosen].argmax(-1).cpu() == draws).sum())  # a greedy sampler's every commit
+                confidence[committed] = rows.softmax(-1).amax(-1).double().cpu()
+            self.argmax += int((rows.argmax(-1).cpu() == draws).sum())  # a greedy sampler's every commit
             if self.temperature > 0:
-                rows = logits[chosen]
                 if self.top_k is not None or self.top_p is not None:  # the law the sampler draws from: truncated
                     allowed = torch.ones(rows.shape[-1], dtype=torch.bool, device=rows.device)
                     kept = tempered_log_probs(rows, allowed, self.temperature, top_k=self.top_k, top_p=self.top_p,
