@@ -11,7 +11,7 @@ import pytest
 
 from helpers import SMALL_JOBS
 from mlm_dynamics.cli import main
-from mlm_dynamics.report.artifacts import SCHEMA_VERSION, held_by
+from mlm_dynamics.report.artifacts import SCHEMA_VERSION, WRITTEN, held_by
 from mlm_dynamics.report.schema import SCHEMAS, read_report, validate_report
 
 
@@ -157,6 +157,81 @@ def test_overwrite_keeps_the_old_results_until_the_new_ones_are_whole(outputs, t
     assert json.loads((compare / "compare.json").read_text())["runs"] == ["short-sweep", "sweep"]
     assert (compare / "notes.txt").read_text() == "my notes"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["compare", "run"]
+
+
+def test_every_file_a_job_writes_is_known_and_protected(outputs, tmp_path, capsys):
+    """What the jobs, compare and report write is in WRITTEN (so none of it is taken for the user's); a folder
+    holding such files without their marker (a run whose report.json is gone), or the user's own files, is refused
+    by every command, with --overwrite too, naming what it holds, byte for byte as it was. (Before, only the marker
+    was protected: compare overwrote the run's report.html, a run the user's trajectory.csv.)"""
+    import shutil
+
+    for folder in (outputs / name for name in ("run", "sweep", "rectangle-table", "compare", "history")):
+        assert {entry.name for entry in folder.iterdir()} - {".lock"} <= WRITTEN, folder.name
+    orphan = tmp_path / "orphan"
+    shutil.copytree(outputs / "run", orphan)
+    (orphan / "report.json").unlink()
+    (orphan / "checkpoint.pt").unlink()
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("my notes")
+    (mine / "plot.png").write_bytes(b"my plot")
+    kept = {folder: _files(folder) for folder in (orphan, mine)}
+    sweeps = [str(outputs / "sweep"), str(outputs / "short-sweep")]
+    cases = [(["compare", *sweeps, "--out", str(orphan)], f"--out {orphan} holds figures, report.html, semantics.bin, "
+              "trajectory.csv but no finished results or checkpoint"),
+             (["compare", *sweeps, "--out", str(orphan), "--overwrite"], "but no finished results or checkpoint"),
+             (["report", str(outputs / "fit" / "csv"), "--out", str(mine)],
+              f"--out {mine} holds files no mlm-dynamics command wrote (notes.txt, plot.png)"),
+             (["run", "--config", "antiberty-default", "--out", str(orphan), "--overwrite"], "no finished results"),
+             (["sweep", "--config", "sweep-ising", "--out", str(mine), "--overwrite"], "files no mlm-dynamics")]
+    for argv, said in cases:
+        assert main(argv) == 2, argv
+        error = capsys.readouterr().err.strip()
+        assert len(error.splitlines()) == 1 and said in error, error
+    assert {folder: _files(folder) for folder in kept} == kept
+
+
+def _compare_process(out: Path, outputs: Path, *, file_limit: int | None = None):
+    """``mlm-dynamics compare`` of the two sweeps into ``out`` in a process of its own (with a file-size limit: a
+    full disk, each write past it failing with EFBIG)."""
+    import resource
+    import signal
+    import subprocess
+    import sys
+
+    def limit() -> None:
+        if file_limit is not None:
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails instead of killing the process
+            resource.setrlimit(resource.RLIMIT_FSIZE, (file_limit, file_limit))
+
+    return subprocess.Popen([sys.executable, "-m", "mlm_dynamics.cli", "compare", str(outputs / "sweep"),
+                             str(outputs / "short-sweep"), "--out", str(out)], stderr=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, preexec_fn=limit)
+
+
+def test_two_compares_into_one_folder_and_a_full_disk_never_leave_part_of_a_result(outputs, tmp_path):
+    """Two `compare` into one new folder at once: one writes the whole comparison, the other is refused in one line
+    (by the lock, or by the finished results); never a mixed folder. A full disk during `compare` (a file-size
+    limit: the figures fail to write) is one line naming the folder, and leaves it empty, no staging folder beside
+    it. (Before: both exited 0 into one folder; the full disk ended in a traceback with an empty figures/ left.)"""
+    out = tmp_path / "both"
+    first, second = _compare_process(out, outputs), _compare_process(out, outputs)
+    ended = [(process.wait(timeout=300), process.stderr.read()) for process in (first, second)]  # type: ignore
+    assert sorted(code for code, _ in ended) == [0, 2], ended
+    refused = next(error for code, error in ended if code == 2).strip()
+    assert len(refused.splitlines()) == 1 and ("is in use by" in refused or "holds the results" in refused)
+    written = json.loads((out / "compare.json").read_text())
+    assert written["runs"] == ["sweep", "short-sweep"] and (out / "report.html").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["both"]
+
+    full = tmp_path / "full"
+    process = _compare_process(full, outputs, file_limit=4096)
+    code, error = process.wait(timeout=300), process.stderr.read().strip()  # type: ignore[union-attr]
+    assert code == 2 and len(error.splitlines()) == 1, error
+    assert "File too large writing" in error and f"nothing was written into --out {full}" in error, error
+    assert [p.name for p in full.iterdir()] in ([], [".lock"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["both", "full"]
 
 
 def test_a_report_written_before_schema_versions_reads_as_version_zero(tmp_path):

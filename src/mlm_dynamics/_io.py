@@ -21,6 +21,9 @@ def atomic_write(path: Path, data: bytes) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, path)
+    except OSError as error:  # a full disk: named by the file it was writing, not the temporary's descriptor
+        Path(temporary).unlink(missing_ok=True)
+        raise OSError(error.errno, error.strerror, str(path)) from error
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise

@@ -29,7 +29,7 @@ from .experiments.rectangles import RectangleTableConfig, run_rectangle_table
 from .experiments.semantics import CaseStudyConfig, run_case_study
 from .experiments.sweep import SweepConfig, run_sweep
 from .models.cost import CostLedger, process_started
-from .report.artifacts import CHECKPOINTS, KeptResults, claim_out, held_by, written_into
+from .report.artifacts import CHECKPOINTS, KeptResults, claim_out, failure, held_by, written_into
 from .report.compare_report import compare_summary, write_compare_report
 from .report.decoding_report import parallel_decoding_summary, write_parallel_decoding
 from .report.history_report import findings, write_history_report
@@ -209,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
         check_out_dir(args.out)
         cluster = getattr(args, "num_nodes", 1) > 1  # every rank of a cluster run writes into the shared --out
         with nullcontext() if cluster else OutputLock(args.out):
-            replace = claim_out(args.out, args.command, resume=args.resume, overwrite=args.overwrite)
+            replace = claim_out(args.out, args.command, resume=args.resume, overwrite=args.overwrite,
+                                unmarked=cluster)
             if replace and cluster:  # every rank of a cluster writes into --out itself: the old marker goes first
                 _drop_marker(args.out)
             # elsewhere the old results stay until the new ones are whole
@@ -230,6 +231,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except (ValueError, FileNotFoundError, ModuleNotFoundError, FloatingPointError) as error:  # ConfigError too
         print(f"mlm-dynamics: error: {one_line(str(error))}", file=sys.stderr)
+        return 2
+    except OSError as error:  # a full disk or a folder made unwritable during the run
+        print(f"mlm-dynamics: error: {_write_failed(error, args.out)}", file=sys.stderr)
         return 2
     except RunInterrupted as interrupted:
         print(interrupted_line(args, argv, interrupted.detail), file=sys.stderr)
@@ -260,6 +264,18 @@ def _out_replaced(argv: list[str], out: Path) -> list[str]:
     return [*kept, "--out", str(out)]
 
 
+def _write_failed(error: OSError, out: Path) -> str:
+    """One line for an OSError while a job wrote into ``out`` directly (no ``--overwrite``): what failed, and that
+    every file there is whole (each is written atomically) and the last checkpoint continues the run."""
+    inside = error.filename is not None and Path(str(error.filename)).resolve().is_relative_to(out.resolve())
+    if not inside:
+        return one_line(f"{error.strerror or error}" + (f": {error.filename}" if error.filename else ""))
+    resume = " (--resume continues from its last checkpoint once it can write)" if (
+        any((out / name).is_file() for name in CHECKPOINTS.values())) else ""
+    return f"--out {out}: {failure(error)}; its report is incomplete (no report.json; each file written is whole)" \
+        f"{resume}"
+
+
 def _drop_marker(out: Path) -> None:
     """Remove the marker of the finished results in ``out`` (a cluster run writes into ``out`` itself), so that a
     report cut short is never read as the old one or as whole."""
@@ -277,7 +293,8 @@ def _history(args: argparse.Namespace) -> int:
         runs = [read_logs(args.logdir, run=name) for name in names]
         check_out_dir(out)
         title = f"mlm_dynamics: mixing history of {args.logdir.name}"
-        with OutputLock(out), written_into(out, claim_out(out, "history", overwrite=args.overwrite)) as target:
+        with OutputLock(out), written_into(out, claim_out(out, "history", overwrite=args.overwrite),
+                                           staged=True) as target:
             reports = write_history_report(runs, target, title)
     except (ValueError, KeptResults) as error:  # ConfigError too
         print(f"mlm-dynamics: error: {one_line(str(error))}", file=sys.stderr)
@@ -298,7 +315,8 @@ def _compare(args: argparse.Namespace) -> int:
     try:
         check_out_dir(args.out)
         with OutputLock(args.out), \
-                written_into(args.out, claim_out(args.out, "compare", overwrite=args.overwrite)) as target:
+                written_into(args.out, claim_out(args.out, "compare", overwrite=args.overwrite),
+                             staged=True) as target:
             compared = write_compare_report(args.runs, target)
     except (ValueError, KeptResults) as error:
         print(f"mlm-dynamics: error: {one_line(str(error))}", file=sys.stderr)

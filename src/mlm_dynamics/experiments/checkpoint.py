@@ -161,8 +161,8 @@ class OutputLock:
         self.handle: IO[str] | None = None
 
     def __enter__(self) -> OutputLock:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
             handle = self.path.open("a+")
         except OSError as error:
             raise CheckpointError(f"--out {self.path.parent}: its lock file {self.path} cannot be opened "

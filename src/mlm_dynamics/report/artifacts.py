@@ -4,6 +4,9 @@ Every file a reader takes carries ``"artifact": {"job": JOB, "version": SCHEMA_V
 jobs, ``compare.json`` of ``compare``, ``history.json`` of ``report``), written last, so a folder holds a job's
 results exactly when its marker file is there. Reports written before the marker existed are recognised by their
 sections (a run's ``mixing`` and ``chains``, a sweep's ``sweep``). A checkpoint without a report is an unfinished run.
+Any other file a command writes (:data:`WRITTEN`) without its marker or checkpoint, and any file no command writes (the
+user's own), keeps every command out of the folder: only a folder that is new, empty, or holds the same job's results
+is written into.
 """
 
 from __future__ import annotations
@@ -25,6 +28,11 @@ MARKERS = {"report.json": None, "compare.json": "compare", "history.json": "hist
 
 CHECKPOINTS = {"run": "checkpoint.pt", "sweep": "sweep-checkpoint.pt"}
 """The checkpoint each resumable job keeps in its folder (``--resume`` reads it)."""
+
+WRITTEN = frozenset({"report.json", "report.html", "figures", "trajectory.csv", "cells.csv", "table.csv",
+                     "compare.json", "history.json", "checkpoint.pt", "sweep-checkpoint.pt", "semantics.bin", "shards"})
+"""Every entry a command writes into its ``--out`` (besides its ``.lock``, and the hidden temporaries of its atomic
+writes, ``.NAME.*.tmp``)."""
 
 NOUNS = {"compare": "comparison", "history": "history report", "rectangle-table": "rectangle table",
          "parallel-decoding": "parallel-decoding job", "semantics": "semantics case study"}
@@ -85,13 +93,45 @@ def held_by(folder: Path) -> Held | None:
     return None
 
 
-def claim_out(folder: Path, job: str, *, resume: bool = False, overwrite: bool = False) -> bool:
+def _is_written(name: str) -> bool:
+    """Whether an entry of an output folder is one a command writes (:data:`WRITTEN`, its lock, a temporary)."""
+    if name == ".lock" or name in WRITTEN:
+        return True
+    return name.startswith(".") and name.endswith(".tmp") and name[1:].split(".tmp")[0].rsplit(".", 1)[0] in WRITTEN
+
+
+def strays(folder: Path) -> tuple[list[str], list[str]]:
+    """``(written, foreign)``: the entries of ``folder`` a command writes (:data:`WRITTEN`, lock left out) and those
+    no command writes, sorted; both empty for a new or empty folder. Cost: one directory listing."""
+    names = sorted(entry.name for entry in folder.iterdir()) if folder.is_dir() else []
+    return [name for name in names if _is_written(name) and name != ".lock"], \
+        [name for name in names if not _is_written(name)]
+
+
+def _listed(names: list[str], most: int = 4) -> str:
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+def claim_out(folder: Path, job: str, *, resume: bool = False, overwrite: bool = False,
+              unmarked: bool = False) -> bool:
     """Check that ``job`` may write into ``folder`` before any work: a ValueError naming what the folder holds when
-    it holds another job's results (always refused: choose another ``--out``), or results of the same job without
-    ``overwrite`` or ``resume`` (which continues that run from its checkpoint). Returns whether the job replaces
-    results already there (``overwrite``): it must then write them whole elsewhere first (:func:`replacing`)."""
+    it holds another job's results (always refused: choose another ``--out``), results of the same job without
+    ``overwrite`` or ``resume`` (which continues that run from its checkpoint), or no job's results but files:
+    a command's without their marker (a job cut short, or results whose report was removed) or the user's own
+    (never written over, whatever the flags; ``unmarked`` admits the former with ``overwrite``: a cluster run's
+    nodes, whose first removed the marker of the results they replace). Returns whether the job replaces results
+    already there (``overwrite``): it must then write them whole elsewhere first (:func:`replacing`)."""
     held = held_by(folder)
     if held is None:
+        written, foreign = strays(folder)
+        if foreign:
+            raise ValueError(f"--out {folder} holds files no mlm-dynamics command wrote ({_listed(foreign)}); a "
+                             f"{NOUNS.get(job, job)} is written only into a new or empty folder, or over results of "
+                             "its own: choose another --out")
+        if written and not (unmarked and overwrite):
+            raise ValueError(f"--out {folder} holds {_listed(written)} but no finished results or checkpoint (a job "
+                             "cut short, or results whose report.json was removed), which no command writes over: "
+                             "move them away or choose another --out")
         return False
     if held.job != job:
         raise ValueError(f"--out {folder} holds {held.text()}; a {NOUNS.get(job, job)} never writes over another "
@@ -105,27 +145,45 @@ def claim_out(folder: Path, job: str, *, resume: bool = False, overwrite: bool =
     raise ValueError(f"--out {folder} holds {held.text()}; {options}, or choose another --out")
 
 
-class KeptResults(Exception):
-    """A replacement that did not finish: ``folder``'s results are kept as they were; ``staged`` holds what the
-    replacing job wrote when it is worth keeping (an interrupted run's checkpoint), else ``None``."""
+def failure(error: BaseException) -> str:
+    """What went wrong, in words: an OSError by its reason and file (``"No space left on device writing
+    figures/x.png"``, the staging folder left out of the path), anything else as it says."""
+    if isinstance(error, OSError) and error.strerror:
+        name = Path(str(error.filename)).name if error.filename else None
+        return f"{error.strerror}" + (f" writing {name}" if name else "")
+    return str(error)
 
-    def __init__(self, error: BaseException, folder: Path, staged: Path | None) -> None:
+
+class KeptResults(Exception):
+    """A job that did not finish writing: ``folder`` is as it was (its results kept, or nothing written into it
+    when it held none); ``staged`` holds what the job wrote when it is worth keeping (an interrupted run's
+    checkpoint), else ``None``."""
+
+    def __init__(self, error: BaseException, folder: Path, staged: Path | None, *, replaced: bool = True) -> None:
         where = f"; what this job wrote is in {staged}" if staged is not None else ""
-        super().__init__(f"{error}; the results already in --out {folder} are kept as they were{where}")
+        kept = f"the results already in --out {folder} are kept as they were" if replaced else \
+            f"nothing was written into --out {folder}"
+        super().__init__(f"{failure(error)}; {kept}{where}")
         self.error, self.folder, self.staged = error, folder, staged
 
 
 @contextmanager
-def replacing(folder: Path, *, keep_staged: tuple[type[BaseException], ...] = ()) -> Iterator[Path]:
-    """Replace ``folder``'s results only by whole ones: yields a fresh sibling folder (same file system) to write
-    into; when the block ends normally the staged files take their place (the old folder renamed aside, its other
-    entries, files the new job did not write, moved into the new one, then the old one removed), so a reader sees
-    the old results or the new ones, never a mix. Any exception leaves ``folder`` as it was and is raised as
-    :class:`KeptResults` saying so; the staged folder is removed, or kept and named for the exceptions in
+def replacing(folder: Path, *, keep_staged: tuple[type[BaseException], ...] = (),
+              replaced: bool = True) -> Iterator[Path]:
+    """Write ``folder``'s results only whole: yields a fresh sibling folder (same file system) to write into; when
+    the block ends normally the staged files take their place (the old folder renamed aside, its other entries,
+    files the new job did not write and the held ``.lock``, moved into the new one, then the old one removed), so a
+    reader sees the old results (or none) or the new ones, never a mix or a part. Any exception, a full disk
+    included, leaves ``folder`` as it was and is raised as :class:`KeptResults` saying so (``replaced``: whether
+    ``folder`` held results, for its words); the staged folder is removed, or kept and named for the exceptions in
     ``keep_staged`` (an interrupted run: its report and checkpoint). Cost: two renames."""
     staging = folder.parent / f".{folder.name}.staging-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+    except OSError as error:  # an unwritable parent: nothing written anywhere
+        raise KeptResults(error, folder, None, replaced=replaced) from error
     try:
         yield staging
     except BaseException as error:
@@ -134,22 +192,25 @@ def replacing(folder: Path, *, keep_staged: tuple[type[BaseException], ...] = ()
             shutil.rmtree(staging, ignore_errors=True)
         if isinstance(error, (KeyboardInterrupt, SystemExit)):
             raise
-        raise KeptResults(error, folder, staging if keep else None) from error
+        raise KeptResults(error, folder, staging if keep else None, replaced=replaced) from error
     aside = folder.parent / f".{folder.name}.replaced-{os.getpid()}"
     folder.rename(aside)
     staging.rename(folder)
-    for entry in aside.iterdir():  # the user's own files, and old ones the new job does not write, stay
-        if entry.name != ".lock" and not (folder / entry.name).exists():
+    for entry in aside.iterdir():  # the user's own files, old ones the new job does not write, and the lock, stay
+        if not (folder / entry.name).exists():
             entry.rename(folder / entry.name)
     shutil.rmtree(aside, ignore_errors=True)
 
 
-def written_into(folder: Path, replace: bool, *,
+def written_into(folder: Path, replace: bool, *, staged: bool = False,
                  keep_staged: tuple[type[BaseException], ...] = ()) -> AbstractContextManager[Path]:
     """The folder a command writes its results into: ``folder`` itself, or with ``replace`` (what
-    :func:`claim_out` returned) a staged sibling that takes its place only when whole (:func:`replacing`)."""
-    return replacing(folder, keep_staged=keep_staged) if replace else nullcontext(folder)
+    :func:`claim_out` returned) or ``staged`` (a command without a checkpoint, whose results are written at once:
+    ``compare``, ``report``) a staged sibling that takes its place only when whole (:func:`replacing`)."""
+    if replace or staged:
+        return replacing(folder, keep_staged=keep_staged, replaced=replace)
+    return nullcontext(folder)
 
 
-__all__ = ["CHECKPOINTS", "MARKERS", "NOUNS", "SCHEMA_VERSION", "Held", "KeptResults", "artifact", "claim_out",
-           "held_by", "job_in", "replacing", "written_into"]
+__all__ = ["CHECKPOINTS", "MARKERS", "NOUNS", "SCHEMA_VERSION", "WRITTEN", "Held", "KeptResults", "artifact",
+           "claim_out", "failure", "held_by", "job_in", "replacing", "strays", "written_into"]
