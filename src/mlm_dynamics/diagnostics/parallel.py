@@ -163,17 +163,15 @@ class _Tree:
                  chunk_size: int, *, check: bool = True) -> None:
         self.denoiser, self.tokens, self.positions, self.mask = denoiser, tokens, positions, mask
         self.law, self.chunk_size, self.rows = law, chunk_size, 0
-        logits = self._logits(tokens, positions, mask)
-        if check:  # once per call: the rows of its other trees are these rows
-            check_rows_independent(denoiser, tokens, positions, mask, logits)
-            self.rows += 1 if tokens.shape[0] > 1 else 0
-        self.root = law(logits)  # [B, K, V], all of S masked: the parallel marginals
+        self.checked = not check  # once per call, on its first forward of two rows or more (the root's, or for one
+        # row the first batch of its prefixes): the rows of its other trees are these rows
+        self.root = law(self._logits(tokens, positions, mask))  # [B, K, V], all of S masked: the parallel marginals
 
     def head(self, n: int) -> _Tree:
         """The tree of the first ``n`` positions, sharing this one's root (no forward; its ``rows`` start at 0)."""
         tree = _Tree.__new__(_Tree)
         tree.denoiser, tree.tokens, tree.mask, tree.law = self.denoiser, self.tokens, self.mask, self.law
-        tree.chunk_size, tree.rows = self.chunk_size, 0
+        tree.chunk_size, tree.rows, tree.checked = self.chunk_size, 0, self.checked
         tree.positions, tree.root = self.positions[:, :n], self.root[:, :n]
         return tree
 
@@ -185,7 +183,11 @@ class _Tree:
 
     def _logits(self, tokens: Tensor, positions: Tensor, mask: Tensor | None) -> Tensor:
         self.rows += int(tokens.shape[0])
-        return self.denoiser.chunked_conditional_logits(tokens, positions, self.chunk_size, mask).double()
+        logits = self.denoiser.chunked_conditional_logits(tokens, positions, self.chunk_size, mask).double()
+        if not self.checked and tokens.shape[0] > 1:
+            check_rows_independent(self.denoiser, tokens, positions, mask, logits)
+            self.rows, self.checked = self.rows + 1, True
+        return logits
 
     def next_law(self, rows: Tensor, order: list[int], values: Tensor) -> Tensor:
         """``[N, V]`` law of position ``order[k]`` for rows ``rows [N]`` (indices into the batch) with the first
@@ -199,20 +201,41 @@ class _Tree:
         return self.law(self._logits(filled, self.positions[rows][:, cols[k:]], mask))[:, 0]
 
 
+def _gap(first: Tensor, second: Tensor) -> float:
+    """The largest difference of two logit tensors as log-probabilities over their last axis (NaN as none)."""
+    return float((first.log_softmax(-1) - second.log_softmax(-1)).abs().nan_to_num(0.0).max())
+
+
 def check_rows_independent(denoiser: Denoiser, tokens: Tensor, positions: Tensor, mask: Tensor | None,
                            logits: Tensor, tolerance: float = 1e-3) -> None:
-    """A ValueError when the batch's first row, computed alone, differs from its value in the batch ``logits
+    """A ValueError when the batch's last row, computed alone, differs from its value in the batch ``logits
     [B, K, V]`` by more than ``tolerance`` in log-probability: a model whose rows depend on each other (attention or
-    normalisation across the batch) gives no row a law of its own, so no error of it is any sequence's. Float
-    rounding between batch sizes stays near 1e-6, far below. Cost: one forward row (none for one row)."""
+    normalisation across the batch, batches of three or more only) or on their place in the batch gives no row a law
+    of its own, so no error of it is any sequence's. The last row is the one that a dependence on the rows before it,
+    on the batch's size or on the row's index shows in. When they differ, the row alone once more tells a model that
+    is not deterministic (two calls on one row differ: dropout on, noise drawn in the forward) from one whose rows
+    interact, and the message names which. Float rounding between batch sizes stays near 1e-6, far below. Cost: one
+    forward row (two when refused; none for one row)."""
     if tokens.shape[0] < 2:
         return
-    alone = denoiser.conditional_logits(tokens[:1], positions[:1], None if mask is None else mask[:1]).double()
-    gap = float((alone[0].log_softmax(-1) - logits[0].log_softmax(-1)).abs().nan_to_num(0.0).max())
-    if gap > tolerance:
-        raise ValueError(f"denoiser: its conditionals for a row depend on the other rows of the batch (row 0 alone "
-                         f"differs from row 0 in a batch of {tokens.shape[0]} by {gap:.3g} in log-probability): "
-                         "its errors would be of no sequence's law; measure a model whose rows are independent")
+    last = slice(-1, None)
+
+    def alone() -> Tensor:
+        return denoiser.conditional_logits(tokens[last], positions[last], None if mask is None else mask[last])[0]
+
+    first = alone().double()
+    gap = _gap(first, logits[-1])
+    if gap <= tolerance:
+        return
+    again = _gap(alone().double(), first)
+    if again > tolerance:
+        raise ValueError(f"denoiser: it is not deterministic: two calls on the same row give conditionals that "
+                         f"differ by {again:.3g} in log-probability (dropout in train mode, or noise drawn in its "
+                         "forward), so its errors would be of no law; measure it in eval mode, without noise")
+    raise ValueError(f"denoiser: its conditionals for a row depend on the other rows of the batch or on the row's "
+                     f"place in it (row {tokens.shape[0] - 1} alone differs from the same row in a batch of "
+                     f"{tokens.shape[0]} by {gap:.3g} in log-probability): its errors would be of no sequence's law; "
+                     "measure a model whose rows are independent")
 
 
 def _orders(k: int, orders: int, generator: torch.Generator) -> list[list[int]]:
@@ -392,8 +415,9 @@ def parallel_commit_error(denoiser: Denoiser, tokens: Tensor, positions: Tensor,
     sharing the root forward. ``top_p_first``: truncate to the nucleus before the top-k (Dream's order;
     :func:`~mlm_dynamics.sampling.categorical.tempered_log_probs`). Cost: exact ``B (1 + A + ... + A^(K-1))``
     forward rows per order; Monte Carlo
-    ``B (1 + samples (K - 1) (1 + orders))``; with ``top_m``, ``B K top_m`` more; one more row for ``B > 1`` (the
-    batch's first row alone: a model whose rows depend on each other is refused, :func:`check_rows_independent`).
+    ``B (1 + samples (K - 1) (1 + orders))``; with ``top_m``, ``B K top_m`` more; one more row for the call's first
+    forward of two rows or more, the root's or one row's first prefixes (its last row alone: a model whose rows depend
+    on each other, or that is not deterministic, is refused naming which, :func:`check_rows_independent`).
 
     Examples:
         Two positions of an independent model: committing them together is exact (error 0, up to the toy's float32
@@ -543,7 +567,7 @@ def greedy_commit_error(denoiser: Denoiser, tokens: Tensor, positions: Tensor, v
     over the allowed ids, and how many of its ``K`` tokens differ from ``values``. Deterministic, so exact (no
     interval): ties in an argmax are flagged (:attr:`GreedyCommitError.near_ties`) rather than resolved. The values
     at ``positions`` in ``tokens`` are ignored (masked). Cost: ``B (K - 1)`` forward rows, one more for ``B > 1`` and
-    ``K > 1`` (the batch's first row alone: :func:`check_rows_independent`).
+    ``K > 1`` (the batch's last row alone: :func:`check_rows_independent`).
 
     Examples:
         Two positions of an independent model decode the same one at a time as together:
@@ -1068,7 +1092,7 @@ def confidence_profile(denoiser: Denoiser, tokens: Tensor, candidates: Tensor, *
         # with a mask id every candidate is masked in the tokens, so the top n share the profile's root forward; a
         # toy field without one gives each set its own block marginals
         head = tree.head(n) if shared else _Tree(denoiser, tokens.long(), tree.positions[:, :n], mask, law, 256,
-                                                 check=False)
+                                                 check=not tree.checked)
         error = _commit_error(head, orders=0, samples=samples, level=level,
                               max_rows=max_rows if max_rows is not None else 1 + samples * (n - 1), method=method,
                               generator=as_generator(generator, "confidence_profile", n, device=device))
@@ -1076,7 +1100,7 @@ def confidence_profile(denoiser: Denoiser, tokens: Tensor, candidates: Tensor, *
         tv[:, n - 1], tv_low[:, n - 1], tv_high[:, n - 1] = error.tv, error.tv_low, error.tv_high
         first[:, n - 1], certificate[:, n - 1] = estimate.estimate, error.certificate
         exact[n - 1] = error.exact
-        rows += head.rows
+        rows, tree.checked = rows + head.rows, head.checked  # checked once per call, by whichever tree batched first
     return ConfidenceProfile(positions=tree.positions, confidence=confidence, tv=tv, tv_low=tv_low, tv_high=tv_high,
                              first_order=first, certificate=certificate, exact=exact, rules=checked,
                              targets=chosen_targets, level=level, forward_rows=rows)
