@@ -62,7 +62,8 @@ def test_a_diffusion_lm_folder_holding_another_familys_weights_is_refused(tmp_pa
 
 @pytest.mark.parametrize(("family", "mask", "said"), [
     ("dream", 5, r"config.mask_token_id 5 disagrees with its tokenizer's mask token '<mask>' = 39"),
-    ("llada", 2, r"mask id 2 is also its config's pad_token_id 2: a masked position could not be told from padding"),
+    # LLaDA's tokenizer sets no mask_token: its <mask> is found by its spelling (before, only Dream's was compared)
+    ("llada", 2, r"config.mask_token_id 2 disagrees with its tokenizer's mask token '<mask>' = 39"),
 ])
 def test_a_mask_id_that_is_padding_or_disagrees_with_the_tokenizer_is_refused(tmp_path, family, mask, said):
     folder = build.write(family, tmp_path)
@@ -72,6 +73,48 @@ def test_a_mask_id_that_is_padding_or_disagrees_with_the_tokenizer_is_refused(tm
         load_diffusion_lm(str(folder), trust_remote_code=True)
     denoiser, _ = load_diffusion_lm(str(folder), trust_remote_code=True, mask_id=build.MASK_ID)  # the way out
     assert denoiser.vocab.mask_id == build.MASK_ID
+
+
+def test_every_entry_point_checks_its_ids_the_same_way(tmp_path):
+    """One check of ids (``token_id``) behind MaskedLMDenoiser, VocabInfo, load_diffusion_lm and from_pretrained:
+    integers (not bool, float or string; a NumPy or 0-d tensor id is its value) inside the vocabulary, never the
+    padding or EOS id; a folder without tokenizer files says so. (Before, mask_id=0 with pad_id=0, mask_id=True or
+    3.0, special_ids=[0, 99] in 30 ids and load_diffusion_lm(mask_id=2 or True) were accepted, mask_id='39' was a
+    TypeError, and from_pretrained borrowed transformers' empty tokenizer with a made-up mask id 4.)"""
+    import numpy as np
+
+    from mlm_dynamics import MaskedLMDenoiser, VocabInfo
+
+    model = BertForMaskedLM(BertConfig(num_hidden_layers=1, **SIZES)).eval()
+    refused = [({"mask_id": 0, "pad_id": 0}, "mask_id: the mask id 0 is also the padding id (pad_id)"),
+               ({"mask_id": True}, "mask_id must be an integer token id, got True (bool)"),
+               ({"mask_id": 3.0}, "mask_id must be an integer token id, got 3.0 (float)"),
+               ({"mask_id": "39"}, "mask_id must be an integer token id, got '39' (str)"),
+               ({"mask_id": 30}, "mask_id must be a token id in [0, 30)"),
+               ({"mask_id": 4, "special_ids": [0, 99]}, "special_ids[1] must be a token id in [0, 30)"),
+               ({"mask_id": 4, "frame_ids": [1.5]}, "frame_ids[0] must be an integer token id"),
+               ({"mask_id": 4, "pad_id": -1}, "pad_id must be a token id in [0, 30)")]
+    for arguments, said in refused:
+        with pytest.raises(ValueError, match=re.escape(said)):
+            MaskedLMDenoiser(model, **arguments)
+    taken = MaskedLMDenoiser(model, mask_id=np.int64(4), pad_id=torch.tensor(0), special_ids=[np.int32(1)])
+    assert (taken.vocab.mask_id, taken.vocab.pad_id) == (4, 0) and type(taken.vocab.mask_id) is int
+    for arguments, said in [({"mask_id": True}, "VocabInfo.mask_id must be an integer token id"),
+                            ({"mask_id": 3, "pad_id": 3, "frame_ids": (3,)}, "VocabInfo.mask_id: the mask id 3"),
+                            ({"frame_ids": (0, 99)}, "VocabInfo.frame_ids[1] must be a token id in [0, 30)")]:
+        with pytest.raises(ValueError, match=re.escape(said)):
+            VocabInfo(size=30, **arguments)
+
+    folder = build.write("llada", tmp_path / "llada")
+    for mask, said in [(True, "mask_id must be an integer token id, got True"),
+                       (2, "mask_id: the mask id 2 is also the config's pad_token_id"),
+                       (40, "mask_id must be a token id in [0, 40)")]:
+        with pytest.raises(ValueError, match=re.escape(said)):
+            load_diffusion_lm(str(folder), trust_remote_code=True, mask_id=mask)
+
+    model.save_pretrained(tmp_path / "bare")  # weights and config, no tokenizer
+    with pytest.raises(FileNotFoundError, match="holds no tokenizer files"):
+        MaskedLMDenoiser.from_pretrained(str(tmp_path / "bare"))
 
 
 def test_a_model_in_train_mode_is_measured_as_a_law_and_keeps_its_modes():

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import abc
 import math
+import operator
 import time
 import warnings
 from collections.abc import Iterator
@@ -35,6 +36,42 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
+
+
+def token_id(name: str, value: object, size: int | None = None) -> int:
+    """``value`` as a token id, or a ValueError naming ``name``: an integer (a Python, NumPy or 0-d integer tensor
+    value; never a bool, float or string, which would index the wrong row or fail far from here) in ``[0, size)``.
+    The one check of every id a denoiser, a loader or a callback is given."""
+    integral = not isinstance(value, (bool, float, str, bytes)) and not (
+        isinstance(value, Tensor) and (value.dtype == torch.bool or value.is_floating_point() or value.dim() != 0))
+    try:
+        if not integral:
+            raise TypeError
+        index = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise ValueError(f"{name} must be an integer token id, got {value!r} ({type(value).__name__})") from None
+    if size is not None and not 0 <= index < size:
+        raise ValueError(f"{name} must be a token id in [0, {size}) (the model's logits cover the ids below its "
+                         f"vocabulary size), got {index}")
+    return index
+
+
+def token_ids(name: str, values: object, size: int | None = None) -> tuple[int, ...]:
+    """Every id of ``values`` (a sequence) through :func:`token_id`, named ``name[k]``; a ValueError naming ``name``
+    for anything that is not a sequence of ids."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise ValueError(f"{name} must be a sequence of integer token ids, got {values!r}")
+    return tuple(token_id(f"{name}[{k}]", value, size) for k, value in enumerate(values))
+
+
+def check_mask_collisions(mask_id: int, others: dict[str, object], name: str = "mask_id") -> None:
+    """A ValueError naming ``name`` when the mask id is also one of ``others`` (``{"pad_id": 0, "eos_token_id":
+    2}``): a masked position could not be told from padding or an ending."""
+    for what, other in others.items():
+        values = other if isinstance(other, (list, tuple)) else [other]  # a config may name several endings
+        if any(value is not None and not isinstance(value, bool) and value == mask_id for value in values):
+            raise ValueError(f"{name}: the mask id {mask_id} is also the {what}, so a masked position could not be "
+                             "told from it; pass the id the model was trained to mask with")
 
 
 @dataclass(frozen=True)
@@ -60,15 +97,22 @@ class VocabInfo:
     pad_id: int | None = None
 
     def __post_init__(self) -> None:
-        if self.size < 2:
-            raise ValueError(f"VocabInfo.size must be >= 2, got {self.size}")
-        if self.mask_id is not None and not 0 <= self.mask_id < self.size:
-            raise ValueError(f"VocabInfo.mask_id must lie in [0, {self.size}) (the model's logits cover the ids "
-                             f"below size), got {self.mask_id}")
+        size = token_id("VocabInfo.size", self.size)
+        if size < 2:
+            raise ValueError(f"VocabInfo.size must be >= 2, got {size}")
+        checked: dict[str, object] = {"size": size}
+        for name in ("mask_id", "pad_id"):
+            value = getattr(self, name)
+            checked[name] = None if value is None else token_id(f"VocabInfo.{name}", value, size)
         for name in ("forbidden_ids", "frame_ids"):
-            ids = getattr(self, name)
-            if any(not 0 <= i < self.size for i in ids):
-                raise ValueError(f"VocabInfo.{name} must lie in [0, {self.size}), got {ids}")
+            checked[name] = token_ids(f"VocabInfo.{name}", getattr(self, name), size)
+        for name, value in checked.items():  # plain ints from here on (a NumPy or tensor id is taken as its value)
+            object.__setattr__(self, name, value)
+        if self.mask_id is not None:
+            check_mask_collisions(self.mask_id, {"pad_id": self.pad_id}, "VocabInfo.mask_id")
+            if self.mask_id in self.frame_ids:
+                raise ValueError(f"VocabInfo.mask_id {self.mask_id} is also one of frame_ids {self.frame_ids} (a "
+                                 "structural token, never resampled): a masked position could not be told from it")
         if self.pad_id is not None and self.pad_id not in self.frame_ids:
             raise ValueError(f"VocabInfo.pad_id {self.pad_id} must be one of frame_ids {self.frame_ids} (padding is "
                              "never resampled)")
@@ -390,5 +434,6 @@ def mask_positions(tokens: Tensor, positions: Tensor, mask_id: int) -> Tensor:
     return tokens.scatter(1, positions, mask_id)
 
 
-__all__ = ["Denoiser", "Meter", "VocabInfo", "available_device", "check_attention_mask", "check_overhead",
-           "count_forward", "evaluating", "mask_positions", "metering", "require_integer"]
+__all__ = ["Denoiser", "Meter", "VocabInfo", "available_device", "check_attention_mask", "check_mask_collisions",
+           "check_overhead", "count_forward", "evaluating", "mask_positions", "metering", "require_integer",
+           "token_id", "token_ids"]

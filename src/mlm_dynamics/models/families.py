@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .base import Denoiser, VocabInfo, available_device
+from .base import Denoiser, VocabInfo, available_device, check_mask_collisions, token_id
 from .full_sequence import FullSequenceDenoiser, loglinear_sigma, masked_fraction
 
 
@@ -137,35 +137,37 @@ def options_text() -> str:
             "other model that returns [B, L, V] logits: FullSequenceDenoiser(model, VocabInfo(size=..., mask_id=...))")
 
 
+MASK_SPELLINGS = ("<mask>", "[MASK]", "<|mdm_mask|>", "<|mask|>")
+"""How tokenizers that set no ``mask_token`` (LLaDA's) spell the mask token in their vocabulary."""
+
+
+def tokenizer_mask(tokenizer: Any) -> tuple[str, int] | None:
+    """``(token, id)`` of the tokenizer's mask: its ``mask_token``, else a token spelled as a mask
+    (:data:`MASK_SPELLINGS`); ``None`` without either."""
+    if getattr(tokenizer, "mask_token_id", None) is not None:
+        return str(tokenizer.mask_token), int(tokenizer.mask_token_id)
+    vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else {}
+    return next(((word, int(vocab[word])) for word in MASK_SPELLINGS if word in vocab), None)
+
+
 def family_mask_id(family: Family, model: Any, tokenizer: Any = None) -> int:
     """The id ``family`` writes into masked positions, from the model's config (or the tokenizer, or the published
-    default); a ValueError naming ``mask_id`` when none is known, when the config and the tokenizer name different
-    mask ids, or when the mask id is also the padding or end-of-sequence id (a masked position could not be told from
-    padding or an ending): pass ``mask_id=`` where you know the right one."""
+    default); a ValueError naming ``mask_id`` when none is known or when the config and the tokenizer
+    (:func:`tokenizer_mask`) name different mask ids: pass ``mask_id=`` where you know the right one."""
     config = getattr(model, "config", None)
     if family.mask_id == "last":
         return vocabulary_size(model) - 1
     declared = getattr(config, "mask_token_id", None)
-    told = getattr(tokenizer, "mask_token_id", None)
-    if declared is not None and told is not None and int(declared) != int(told):
+    spelled = tokenizer_mask(tokenizer)
+    told = None if spelled is None else spelled[1]
+    if declared is not None and spelled is not None and declared != told:
         raise ValueError(f"mask_id: the {family.name} model's config.mask_token_id {declared} disagrees with its "
-                         f"tokenizer's mask token {getattr(tokenizer, 'mask_token', None)!r} = {told}; pass mask_id= "
-                         "with the id the model was trained with")
+                         f"tokenizer's mask token {spelled[0]!r} = {told}; pass mask_id= with the id the model was "
+                         "trained with")
     for value in (declared, told, family.default_mask_id):
         if value is not None:
-            mask = int(value)
-            break
-    else:
-        raise ValueError(f"mask_id: the {family.name} model defines no mask token; pass mask_id=")
-    for source, owner in (("config", config), ("tokenizer", tokenizer)):
-        for name in ("pad_token_id", "eos_token_id"):
-            other = getattr(owner, name, None)
-            if isinstance(other, int) and not isinstance(other, bool) and other == mask:
-                raise ValueError(f"mask_id: the {family.name} model's mask id {mask} is also its {source}'s "
-                                 f"{name} {other}: a masked position could not be told from "
-                                 f"{'padding' if name == 'pad_token_id' else 'an ending'}; pass mask_id= with the id "
-                                 "the model was trained with")
-    return mask
+            return token_id(f"the {family.name} model's mask id", value)
+    raise ValueError(f"mask_id: the {family.name} model defines no mask token; pass mask_id=")
 
 
 def vocabulary_size(model: Any) -> int:
@@ -306,8 +308,13 @@ def denoiser_for(model: Any, tokenizer: Any = None, *, family: str | None = None
         raise ValueError(f"model: a {chosen.name} model with the {graph!r} graph has no mask state, so it gives no "
                          f"masked conditionals; only the {chosen.graph!r} graph does")
     size = vocabulary_size(model)
-    mask = mask_id if mask_id is not None else family_mask_id(chosen, model, tokenizer)
-    forbidden, frame = special_ids(chosen, tokenizer, size, mask, getattr(model, "config", None))
+    config = getattr(model, "config", None)
+    mask = token_id("mask_id", mask_id, size) if mask_id is not None else token_id(
+        f"the {chosen.name} model's mask id", family_mask_id(chosen, model, tokenizer), size)
+    check_mask_collisions(mask, {f"{source}'s {name}": getattr(owner, name, None)
+                                 for source, owner in (("config", config), ("tokenizer", tokenizer))
+                                 for name in ("pad_token_id", "eos_token_id")})
+    forbidden, frame = special_ids(chosen, tokenizer, size, mask, config)
     if chosen.starts_with_bos and not frame:
         warnings.warn(f"tokenizer: {chosen.name} samples start with BOS, and neither a tokenizer nor the config names "
                       "its id, so nothing keeps a chain or a block schedule from resampling it as a site; pass the "
@@ -342,7 +349,7 @@ def load_diffusion_lm(name_or_path: str, *, trust_remote_code: bool = False, fam
     import transformers
     from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
-    from .huggingface import load_model, locate_pretrained, read_config
+    from .huggingface import has_tokenizer, load_model, locate_pretrained, read_config
 
     available_device(device)
     source, local_only = locate_pretrained(name_or_path)
@@ -363,9 +370,10 @@ def load_diffusion_lm(name_or_path: str, *, trust_remote_code: bool = False, fam
             chosen is not None and chosen.remote_code) else ""
         raise ValueError(f"model {name_or_path!r}: its {chosen.name if chosen else 'model'} code did not load with "
                          f"transformers {transformers.__version__} ({type(error).__name__}: {error}){known}") from None
-    try:
+    try:  # none where the folder holds no tokenizer (transformers would make up an empty one)
         tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local_only,
-                                                  trust_remote_code=trust_remote_code)
+                                                  trust_remote_code=trust_remote_code) if has_tokenizer(
+            source, local_only) else None
     except (OSError, ValueError, TypeError, KeyError):
         tokenizer = None
     denoiser = denoiser_for(model.eval(), tokenizer, family=None if chosen is None else chosen.name, mask_id=mask_id,
@@ -373,6 +381,6 @@ def load_diffusion_lm(name_or_path: str, *, trust_remote_code: bool = False, fam
     return denoiser.to(device), tokenizer
 
 
-__all__ = ["FAMILIES", "Family", "attention_format", "check_named_family", "denoiser_for", "detect_family",
-           "family_mask_id", "fork_of", "is_masked_lm", "load_diffusion_lm", "options_text", "special_ids",
-           "time_condition_of", "vocabulary_size"]
+__all__ = ["FAMILIES", "MASK_SPELLINGS", "Family", "attention_format", "check_named_family", "denoiser_for",
+           "detect_family", "family_mask_id", "fork_of", "is_masked_lm", "load_diffusion_lm", "options_text",
+           "special_ids", "time_condition_of", "tokenizer_mask", "vocabulary_size"]

@@ -13,7 +13,7 @@ from urllib.parse import urlparse
 import torch
 from torch import Tensor, nn
 
-from .base import Denoiser, VocabInfo, available_device, mask_positions
+from .base import Denoiser, VocabInfo, available_device, check_mask_collisions, mask_positions, token_id, token_ids
 
 Head = Callable[[Tensor], Tensor]
 
@@ -83,11 +83,29 @@ def tokenizer_ids(tokenizer: Any) -> dict[str, Any]:
             "frame_ids": frame, "pad_id": tokenizer.pad_token_id}
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "tokenizer.model",
+                   "spiece.model", "sentencepiece.bpe.model", "special_tokens_map.json")
+"""The files a saved tokenizer leaves in its folder (one is enough)."""
+
+
+def has_tokenizer(source: str, local_only: bool) -> bool:
+    """Whether a located model (:func:`locate_pretrained`) has a tokenizer: a hub name is taken to; a local folder
+    only with one of :data:`TOKENIZER_FILES` (without any, transformers builds an empty placeholder tokenizer with
+    made-up special ids rather than failing)."""
+    return not (local_only and Path(source).is_dir()) or any((Path(source) / name).is_file()
+                                                                for name in TOKENIZER_FILES)
+
+
 def load_tokenizer(name_or_path: str) -> Any:
-    """``AutoTokenizer`` from a local directory or a hub name (see :func:`locate_pretrained`)."""
+    """``AutoTokenizer`` from a local directory or a hub name (see :func:`locate_pretrained`); a
+    FileNotFoundError when a folder holds no tokenizer files (:func:`has_tokenizer`)."""
     from transformers import AutoTokenizer
 
     source, local_only = locate_pretrained(name_or_path)
+    if not has_tokenizer(source, local_only):
+        raise FileNotFoundError(f"tokenizer: the folder {name_or_path!r} holds no tokenizer files (none of "
+                                f"{', '.join(TOKENIZER_FILES[:4])}, ...); save the model's tokenizer there "
+                                "(tokenizer.save_pretrained), or build MaskedLMDenoiser(model, mask_id=...) yourself")
     try:
         return AutoTokenizer.from_pretrained(source, local_files_only=local_only)
     except (OSError, ValueError, TypeError) as error:
@@ -152,13 +170,26 @@ class MaskedLMDenoiser(Denoiser):
         if isinstance(tokenizer, str):
             tokenizer = load_tokenizer(tokenizer)
         ids = tokenizer_ids(tokenizer) if tokenizer is not None else {}
+        output = model.get_output_embeddings()
+        vocab_size = int(output.out_features if output is not None else model.config.vocab_size)
+        # the ids given here are checked whole; a tokenizer's special ids beyond the model's logits (tokens it added
+        # that the model never outputs) are left out of the sets below, as they can never be proposed anyway
+        given = mask_id is not None
+        mask_id = None if mask_id is None else token_id("mask_id", mask_id, vocab_size)
+        pad_id = None if pad_id is None else token_id("pad_id", pad_id, vocab_size)
+        special_ids = None if special_ids is None else token_ids("special_ids", special_ids, vocab_size)
+        frame_ids = None if frame_ids is None else token_ids("frame_ids", frame_ids, vocab_size)
         mask_id = mask_id if mask_id is not None else ids.get("mask_id")
         if mask_id is None:
             raise ValueError("mask_id: the model/tokenizer defines no mask token, so masked conditionals are "
                              "undefined; pass tokenizer= or mask_id=")
+        mask_id = token_id("mask_id" if given else "the tokenizer's mask_token_id", mask_id, vocab_size)
         special_ids = special_ids if special_ids is not None else ids.get("special_ids", ())
         frame_ids = frame_ids if frame_ids is not None else ids.get("frame_ids", ())
         pad_id = pad_id if pad_id is not None else ids.get("pad_id", getattr(model.config, "pad_token_id", None))
+        check_mask_collisions(mask_id, {"padding id (pad_id)": pad_id,
+                                        "tokenizer's eos_token_id": getattr(tokenizer, "eos_token_id", None),
+                                        "config's eos_token_id": getattr(model.config, "eos_token_id", None)})
         model_type = str(getattr(model.config, "model_type", None))
         if getattr(model.config, "languages", None) and getattr(model.config, "default_language", 1) is None:
             raise ValueError("model: this X-MOD model has no default language; call "
@@ -178,8 +209,6 @@ class MaskedLMDenoiser(Denoiser):
         max_length = getattr(model.config, "max_position_embeddings", None)
         if model_type in _ROBERTA_FAMILY and max_length is not None:
             max_length -= model.config.pad_token_id + 1  # RoBERTa position ids start after the padding index
-        output = model.get_output_embeddings()
-        vocab_size = int(output.out_features if output is not None else model.config.vocab_size)
         forbidden = sorted({mask_id, *special_ids} & set(range(vocab_size)))
         frame = {*frame_ids, *([pad_id] if pad_id is not None else [])} & set(range(vocab_size))
         self.vocab = VocabInfo(size=vocab_size, mask_id=mask_id, forbidden_ids=tuple(forbidden),
@@ -458,5 +487,6 @@ class TextCodec:
         return str(self.tokenizer.decode(list(ids), skip_special_tokens=True))
 
 
-__all__ = ["HEAD_ONLY_FAMILIES", "Head", "MaskedLMDenoiser", "TextCodec", "check_loaded_weights", "checkpoint_report",
-           "dtype_argument", "load_model", "load_tokenizer", "locate_pretrained", "read_config", "tokenizer_ids"]
+__all__ = ["HEAD_ONLY_FAMILIES", "TOKENIZER_FILES", "Head", "MaskedLMDenoiser", "TextCodec", "check_loaded_weights",
+           "checkpoint_report", "dtype_argument", "has_tokenizer", "load_model", "load_tokenizer", "locate_pretrained",
+           "read_config", "tokenizer_ids"]
