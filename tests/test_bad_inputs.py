@@ -79,6 +79,10 @@ def model_dir(kind: str) -> Callable[[Path], list[str]]:
     return setup
 
 
+COUNTERS = {"NaN change counter": ("changed_steps", math.nan), "changes beyond the steps": ("changes", 10 ** 6),
+            "positive log-probability sum": ("log_prob_sum", 3.0), "negative byte count": ("trajectory_bytes", -5)}
+
+
 def checkpoint_with(payload_change: str, job: str) -> Callable[[Path], list[str]]:
     """A real checkpoint of ``job`` in OUT, then resealed by hand (valid magic, hash and fingerprints) with another
     payload layout; the command resumes from it."""
@@ -94,6 +98,11 @@ def checkpoint_with(payload_change: str, job: str) -> Callable[[Path], list[str]
         import io
 
         payload = {"something": torch.zeros(2)} if payload_change == "other keys" else {"groups": [{"pairs": 1}]}
+        if payload_change in COUNTERS:  # the real payload, one counter of its progress changed
+            payload = torch.load(io.BytesIO(raw[len(MAGIC):].partition(b"\n")[2]), weights_only=True)
+            key, value = COUNTERS[payload_change]
+            progress = payload["progress"]
+            progress[key] = value if not isinstance(progress[key], torch.Tensor) else progress[key].fill_(value)
         buffer = io.BytesIO()
         torch.save(payload, buffer)
         data = buffer.getvalue()
@@ -224,6 +233,8 @@ CLI_CASES = [
     ("flipped bit in a checkpoint", "run", damaged_checkpoint("one flipped bit"), "corrupted", True),
     ("checkpoint of another layout", "run", checkpoint_with("other keys", "run"), "cannot resume", True),
     ("resealed sweep checkpoint", "sweep", checkpoint_with("groups", "sweep"), "cannot resume", False),
+    *[(f"resealed checkpoint: {change}", "run", checkpoint_with(change, "run"), f"progress['{COUNTERS[change][0]}']",
+       True) for change in COUNTERS],
     ("window too long", "run", [*QUICK, "--set", "chains.window=[5, 500]"], "chains.window", True),
     ("unknown residue", "run", [*QUICK, "--set", "chains.sequences=[EVQLXZ]"], "chains.sequences", True),
     ("unequal lengths", "run", [*QUICK, "--set", "chains.sequences=[EVQL, EVQLV]"], "chains.sequences", True),
@@ -342,9 +353,11 @@ def _wandb_with_bad_record(root: Path, monkeypatch) -> Path:
      "line 2: mixing/train/censored_fraction at step -4: step -4 is negative"),
     (lambda root, mp: _csv_run(root, "step,mixing/train/budget,mixing/train/meeting_time_median\n1,20,1e300\n"),
      "mixing/train/meeting_time_median at step 1: 1e+300 is above the pairs' budget 20"),
+    (lambda root, mp: _csv_run(root, "step,mixing/train/meeting_time_median\n1,1e300\n"),
+     "mixing/train/meeting_time_median at step 1 is logged without the pairs' budget (mixing/train/budget)"),
 ], ids=["empty csv", "csv cut in a number", "csv text cell", "no diagnostics keys", "unreadable csv",
         "undecodable W&B record", "damaged draws", "unreadable draws", "a fraction of 7", "a negative meeting time",
-        "a negative step", "a median above its budget"])
+        "a negative step", "a median above its budget", "a median without its budget"])
 def test_report_refuses_damaged_logs_in_one_line(tmp_path, capsys, monkeypatch, setup, message):
     folder = setup(tmp_path, monkeypatch)
     assert main(["report", str(folder), "--out", str(tmp_path / "report")]) == 2

@@ -606,3 +606,23 @@ def test_a_greedy_profile_counts_the_tokens_sequential_greedy_changes_and_certif
         greedy_profile(denoiser, torch.full((3, 6), 2), torch.arange(6).expand(3, -1)).setting()
     with pytest.raises(ValueError, match="tolerance must be a count"):
         profile.setting(tolerance=-1)
+
+
+def test_the_parallel_decoding_probe_never_measures_a_smaller_window_than_asked():
+    """Rows with fewer resampled positions than the window: refused naming ``window`` at every run, not only when
+    the probe is bound. (Before, a later batch of rows with 2 positions was measured with a window of 2 unsaid, and
+    its ``tv_k3``, ``tv_k4`` logged as missing.)"""
+    from mlm_dynamics.probes import ParallelDecodingProbe
+    from mlm_dynamics.probes.starts import StartStates
+
+    generator = torch.Generator().manual_seed(0)
+    denoiser = PairwiseMRFDenoiser(torch.randn(6, 3, generator=generator),
+                                   torch.randn(6, 6, 3, 3, generator=generator))
+    probe = ParallelDecodingProbe(window=4, samples=4, top_m=2)
+    tokens = torch.zeros(2, 6, dtype=torch.long)
+    wide = StartStates(tokens, torch.arange(6).repeat(2, 1), torch.tensor([6, 6]))
+    probe.bind(denoiser, wide)
+    assert "tv_k4" in probe.measure(denoiser, wide, generator)
+    narrow = StartStates(tokens, torch.tensor([[1, 2], [3, 4]]), torch.tensor([2, 2]))
+    with pytest.raises(ValueError, match=r"window: 4 positions do not fit in a start row with 2 resampled"):
+        probe.measure(denoiser, narrow, generator)

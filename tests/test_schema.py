@@ -80,6 +80,11 @@ def test_the_schema_refuses_what_the_job_would_never_write(outputs):
     sweep["sweep"]["cells"][0]["draws"][0]["met_at"] = sweep["sweep"]["cells"][0]["budget"] + 1
     with pytest.raises(ValueError, match=r"met_at .* must be at most the budget"):
         validate_report(sweep, "sweep")
+    unbounded = json.loads(json.dumps(report))  # every run writes its pairs' budget: without it no value is checked
+    unbounded["mixing"]["by_temperature"][0].pop("budget")
+    unbounded["mixing"]["by_temperature"][0]["meeting_time_median"] = 1e300
+    with pytest.raises(ValueError, match=re.escape("mixing.by_temperature[0].budget is missing")):
+        validate_report(unbounded, "run")
     for key, said in (("slow_up_to", "sweep.slow_region[0].slow_up_to is missing"),
                       ("budget", "sweep.cells[0].budget is missing")):  # what the comparison's figures index
         partial = json.loads((outputs / "sweep" / "report.json").read_text())

@@ -133,6 +133,33 @@ class ChainRunResult:
     stopped: str | None = None
 
 
+def check_progress(saved: Any, fresh: dict[str, Any], steps: int) -> dict[str, Any]:
+    """A checkpoint's counters checked as its tokens are: each of ``fresh``'s keys there with the same type, shape and
+    dtype, and values a run of ``steps`` chain steps can hold (finite; per-chain changed steps in ``[0, steps]``,
+    per-site changes in ``[0, steps]``, a log-probability sum at most 0, byte counts at least 0). A ValueError naming
+    the counter (a checkpoint resealed by hand or of another version), so no report shows a NaN rate or a count
+    beyond the steps run."""
+    if not isinstance(saved, dict):
+        raise ValueError(f"progress must be a dict of counters, got {type(saved).__name__}")
+    for name, like in fresh.items():
+        value = saved.get(name)
+        if isinstance(like, Tensor):
+            if not isinstance(value, Tensor) or value.shape != like.shape or value.dtype != like.dtype:
+                got = f"{getattr(value, 'dtype', type(value).__name__)} {tuple(getattr(value, 'shape', ()))}"
+                raise ValueError(f"progress[{name!r}] must be a {like.dtype} tensor of shape {tuple(like.shape)}, got "
+                                 f"{got}")
+            if value.numel() and not (bool(value.isfinite().all()) and float(value.min()) >= 0
+                                      and float(value.max()) <= steps):
+                raise ValueError(f"progress[{name!r}] must hold counts in [0, {steps}] (the steps run), got values "
+                                 f"in [{float(value.min())}, {float(value.max())}]")
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value > 0:
+            raise ValueError(f"progress[{name!r}] must be a finite sum of log-probabilities (at most 0), got {value!r}")
+    written = saved.get("trajectory_bytes")
+    if isinstance(written, bool) or not isinstance(written, int) or written < 0:
+        raise ValueError(f"progress['trajectory_bytes'] must be a byte count >= 0, got {written!r}")
+    return saved
+
+
 def run_chains(config: RunConfig, out_dir: Path | None = None, *, resume: bool = False,
                budget: float | None = None, ledger: CostLedger | None = None,
                progress_bar: bool = False) -> ChainRunResult:
@@ -203,7 +230,7 @@ def run_chains(config: RunConfig, out_dir: Path | None = None, *, resume: bool =
                               f"{checkpoint_path} stopped; resume with run.num_steps >= {saved_step}")
         with restoring(checkpoint_path):
             plan.load_state_dict(saved["plan"])
-            state, progress = plan.state, saved["progress"]
+            state, progress = plan.state, check_progress(saved["progress"], progress, min(saved_step, num_steps))
             trajectory.resume(int(progress["trajectory_bytes"]))
             if watch is not None:
                 watch.resume(progress["semantics"], out_dir / "semantics.bin")

@@ -78,9 +78,14 @@ class ParallelDecodingProbe(Probe):
 
     def bind(self, denoiser: Denoiser, sample: StartStates) -> None:
         """The window must fit in the rows' resampled positions."""
-        if int(sample.counts.min()) < self.window:
+        self._check_fits(sample)
+
+    def _check_fits(self, starts: StartStates) -> None:
+        """A ValueError naming ``window`` when a row has fewer resampled positions than the window (checked on every
+        run's rows: a batch of shorter rows than the first is never measured with a smaller window unsaid)."""
+        if int(starts.counts.min()) < self.window:
             raise ValueError(f"window: {self.window} positions do not fit in a start row with "
-                             f"{int(sample.counts.min())} resampled positions; use a smaller window")
+                             f"{int(starts.counts.min())} resampled positions; use a smaller window")
 
     def forward_rows(self, rows: int, sites: int) -> int:
         """``B (1 + sum_{n=2}^{w} (2 + samples (n - 1) + n top_m))``, ``w = min(window, sites)``."""
@@ -89,12 +94,9 @@ class ParallelDecodingProbe(Probe):
 
     def measure(self, denoiser: Denoiser, starts: StartStates, generator: torch.Generator) -> dict[str, float]:
         """Mask a window of each row, profile its commits; the profile's summary."""
-        window = min(self.window, int(starts.counts.min()))
-        if window < 2:
-            raise ValueError("start_tokens: a start row has fewer than 2 resampled positions; nothing to commit "
-                             "together")
-        candidates = random_window(starts.sites, starts.counts, window, generator)
-        self.latest = confidence_profile(denoiser, starts.tokens, candidates, max_k=window, rules=self.rules,
+        self._check_fits(starts)
+        candidates = random_window(starts.sites, starts.counts, self.window, generator)
+        self.latest = confidence_profile(denoiser, starts.tokens, candidates, max_k=self.window, rules=self.rules,
                                          targets=self.targets, temperature=self.temperature, samples=self.samples,
                                          top_m=self.top_m, generator=generator,
                                          attention_mask=starts.attention_mask)

@@ -79,15 +79,22 @@ class LoggedRun:
 
     def finish(self) -> LoggedRun:
         """Sort each series by step, keeping the last value logged at a step; a ValueError naming the files and the
-        key when a median meeting time (or its lower bound) is above the pairs' budget logged at the same step."""
+        key when a median meeting time (or its lower bound) is above the pairs' budget logged at the same step, or
+        logged without that budget (every probe logs it beside them: without it no value can be checked)."""
         self.scalars = {key: sorted(dict(series).items()) for key, series in sorted(self.scalars.items())}
         for key, series in self.scalars.items():
             match = re.fullmatch(r"(mixing/\w+/(?:lagged/)?)meeting_time_median(?:_lower_bound)?", key)
-            budget = dict(self.scalars.get(match.group(1) + "budget", [])) if match else {}
+            if match is None:
+                continue
+            budget = dict(self.scalars.get(match.group(1) + "budget", []))
             for step, value in series:
-                if step in budget and value > budget[step]:
+                if step not in budget:
+                    raise ValueError(f"{', '.join(self.files)}: {key} at step {step} is logged without the pairs' "
+                                     f"budget ({match.group(1)}budget) at that step, which every run logs beside it "
+                                     "(a damaged or edited log?)")
+                if value > budget[step]:
                     raise ValueError(f"{', '.join(self.files)}: {key} at step {step}: {value:g} is above the pairs' "
-                                     f"budget {budget[step]:g} ({match.group(1) if match else ''}budget), which no "
+                                     f"budget {budget[step]:g} ({match.group(1)}budget), which no "
                                      "run logs (a damaged or edited log?)")
         return self
 

@@ -150,10 +150,16 @@ class RunChains(_Section):
         return self
 
 
+class RunTemperature(MeetingSummary):
+    """A run's entry at one temperature: its pairs' budget is always written (every value is checked against it)."""
+
+    budget: NonNegative
+
+
 class Mixing(_Section):
     """A run's meeting times, one entry per temperature."""
 
-    by_temperature: list[MeetingSummary] = Field(min_length=1)
+    by_temperature: list[RunTemperature] = Field(min_length=1)
 
 
 class RunReport(_Section):
@@ -379,5 +385,5 @@ def json_schemas() -> dict[str, dict[str, Any]]:
 
 __all__ = ["SCHEMAS", "Artifact", "Claim", "Claims", "CompareReport", "DecodingRow", "Draw", "Environment", "Fit",
            "History", "HistoryReport", "JobReport", "MeetingSummary", "Mixing", "ParallelDecodingReport", "RunChains",
-           "RunConfigSection", "RunReport", "SlowBracket", "Sweep", "SweepCell", "SweepReport", "json_schemas",
-           "read_report", "schema_error", "validate_report"]
+           "RunConfigSection", "RunReport", "RunTemperature", "SlowBracket", "Sweep", "SweepCell", "SweepReport",
+           "json_schemas", "read_report", "schema_error", "validate_report"]
