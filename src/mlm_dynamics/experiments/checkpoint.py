@@ -115,7 +115,7 @@ def load_checkpoint(path: Path, *, fingerprints: dict[str, str], map_location: t
     header_line, separator, data = raw[len(MAGIC):].partition(b"\n")
     try:
         header = json.loads(header_line)
-        expected_hash, saved, step = header["sha256"], header["fingerprint"], int(header["step"])
+        expected_hash, saved, step = header["sha256"], header["fingerprint"], _step(header["step"])
     except (ValueError, KeyError, TypeError) as error:
         raise CheckpointError(f"checkpoint {path} has a damaged header: {error}") from None
     if not separator or not isinstance(saved, dict) or _digest(saved, step, data) != expected_hash:
@@ -148,9 +148,16 @@ def checkpoint_step(path: Path) -> int | None:
         with path.open("rb") as handle:
             if handle.read(len(MAGIC)) != MAGIC:
                 return None
-            return int(json.loads(handle.readline())["step"])
+            return _step(json.loads(handle.readline())["step"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def _step(value: Any) -> int:
+    """A header's step: an integer >= 0 (never a bool, float or string), else a ValueError saying so."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"its step must be an integer >= 0, got {value!r}")
+    return value
 
 
 class OutputLock:

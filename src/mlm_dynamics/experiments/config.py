@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 import torch
+import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException, ValidationError
 
@@ -621,14 +622,18 @@ def load_config(schema: type[ConfigT], path: str | Path | None = None, overrides
 
 def _merge(merged: DictConfig, other: Any, where: str) -> DictConfig:
     """``OmegaConf.merge``, with a mapping given for a list or a single value (or the reverse) refused by the key's
-    name: OmegaConf raises a bare TypeError or a "Merge error" that does not name it there."""
+    name: OmegaConf raises a bare TypeError or a "Merge error" that does not name it there. Any other refusal names
+    ``where`` too (an empty key has no name of its own)."""
     try:
         return OmegaConf.merge(merged, other)  # type: ignore[return-value]
-    except (TypeError, ValidationError):
-        key, wanted = _container_mismatch(merged, other)
-        if not key:
-            raise
-        raise ConfigError(f"{where}: {key} must be a {wanted}") from None
+    except (TypeError, OmegaConfBaseException) as error:
+        mismatch = isinstance(error, (TypeError, ValidationError))
+        key, wanted = _container_mismatch(merged, other) if mismatch else ("", "")
+        if key:
+            raise ConfigError(f"{where}: {key} must be a {wanted}") from None
+        if isinstance(error, OmegaConfBaseException):
+            raise ConfigError(f"{where}: {_describe(error)}") from None
+        raise
 
 
 def _container_mismatch(target: Any, other: Any, prefix: str = "") -> tuple[str, str]:
@@ -705,6 +710,12 @@ def _read_yaml(path: Path) -> Any:
         raise ConfigError(f"--config: {path} is not UTF-8 text (a YAML file was expected)") from None
     if not text.strip() or all(line.lstrip().startswith("#") for line in text.splitlines() if line.strip()):
         raise ConfigError(f"--config: {path} is empty; give at least one key, or leave --config out for the defaults")
+    try:  # a lone scalar (`false`, `3`, a word) is no mapping: OmegaConf would fail on an assertion or take a word
+        scalar = not isinstance(yaml.safe_load(text), (dict, list))  # for a key
+    except yaml.YAMLError:
+        scalar = False  # the syntax error is reported below, as OmegaConf reads it
+    if scalar:
+        raise ConfigError(f"--config: {path} must hold a mapping at the top level")
     try:
         loaded = OmegaConf.create(text)
     except OmegaConfBaseException as error:
