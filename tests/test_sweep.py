@@ -406,3 +406,32 @@ def test_sweep_cells_are_certified_slow_or_fast_only_where_the_exact_chain_is():
     assert torch.equal(alone.cells[0].witness.values_b, result.cell(0.5, 3).witness.values_b)
     states = sweep_figures.phase_states(result)
     assert set(states[:, 0]) == {"slow"} and set(states[:, 1]) == {"fast"}
+
+
+def test_a_sweep_killed_inside_its_step_loop_resumes_to_the_same_cells(tmp_path):
+    """SIGKILL (no handler runs) while the sweep steps, just after a checkpoint: `--resume` continues from it, and
+    the cells, fit and draws equal an uninterrupted sweep's, value for value."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from mlm_dynamics.experiments.checkpoint import checkpoint_step
+
+    common = ["--quiet", "--set", "grid.temperatures=[0.6, 2.0]", "--set", "grid.lengths=[3, 5]",
+              "--set", "grid.pairs=6", "--set", "grid.max_steps=120", "--set", "checkpoint_every=20",
+              "--set", "influence.enabled=false", "--set", "grid.witness_steps=[30]"]
+    assert main(["sweep", "--out", str(tmp_path / "whole"), *common]) == 0
+    killed = tmp_path / "killed"
+    process = subprocess.Popen([sys.executable, "-m", "mlm_dynamics.cli", "sweep", "--out", str(killed), *common],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while checkpoint_step(killed / "sweep-checkpoint.pt") is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    assert process.wait(timeout=60) == -signal.SIGKILL  # killed inside the loop, not finished
+    step = checkpoint_step(killed / "sweep-checkpoint.pt")
+    assert step is not None and 0 < step < 120 and not (killed / "report.json").exists()
+    assert main(["sweep", "--out", str(killed), "--resume", *common]) == 0
+    reports = [json.loads((tmp_path / d / "report.json").read_text())["sweep"] for d in ("whole", "killed")]
+    assert reports[0]["cells"] == reports[1]["cells"] and reports[0]["fit"] == reports[1]["fit"]
