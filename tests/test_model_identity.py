@@ -100,7 +100,7 @@ def test_every_entry_point_checks_its_ids_the_same_way(tmp_path):
     taken = MaskedLMDenoiser(model, mask_id=np.int64(4), pad_id=torch.tensor(0), special_ids=[np.int32(1)])
     assert (taken.vocab.mask_id, taken.vocab.pad_id) == (4, 0) and type(taken.vocab.mask_id) is int
     for arguments, said in [({"mask_id": True}, "VocabInfo.mask_id must be an integer token id"),
-                            ({"mask_id": 3, "pad_id": 3, "frame_ids": (3,)}, "VocabInfo.mask_id: the mask id 3"),
+                            ({"mask_id": 3, "pad_id": 3, "frame_ids": (3,)}, "VocabInfo.mask_id 3 is also one of"),
                             ({"frame_ids": (0, 99)}, "VocabInfo.frame_ids[1] must be a token id in [0, 30)")]:
         with pytest.raises(ValueError, match=re.escape(said)):
             VocabInfo(size=30, **arguments)

@@ -108,11 +108,10 @@ class VocabInfo:
             checked[name] = token_ids(f"VocabInfo.{name}", getattr(self, name), size)
         for name, value in checked.items():  # plain ints from here on (a NumPy or tensor id is taken as its value)
             object.__setattr__(self, name, value)
-        if self.mask_id is not None:
-            check_mask_collisions(self.mask_id, {"pad_id": self.pad_id}, "VocabInfo.mask_id")
-            if self.mask_id in self.frame_ids:
-                raise ValueError(f"VocabInfo.mask_id {self.mask_id} is also one of frame_ids {self.frame_ids} (a "
-                                 "structural token, never resampled): a masked position could not be told from it")
+        if self.mask_id is not None and self.mask_id in self.frame_ids:  # the padding id among them
+            raise ValueError(f"VocabInfo.mask_id {self.mask_id} is also one of frame_ids {self.frame_ids} (a "
+                             "structural token, never resampled, or padding): a masked position could not be told "
+                             "from it")
         if self.pad_id is not None and self.pad_id not in self.frame_ids:
             raise ValueError(f"VocabInfo.pad_id {self.pad_id} must be one of frame_ids {self.frame_ids} (padding is "
                              "never resampled)")

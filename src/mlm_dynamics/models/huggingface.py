@@ -174,16 +174,16 @@ class MaskedLMDenoiser(Denoiser):
         vocab_size = int(output.out_features if output is not None else model.config.vocab_size)
         # the ids given here are checked whole; a tokenizer's special ids beyond the model's logits (tokens it added
         # that the model never outputs) are left out of the sets below, as they can never be proposed anyway
-        given = mask_id is not None
-        mask_id = None if mask_id is None else token_id("mask_id", mask_id, vocab_size)
         pad_id = None if pad_id is None else token_id("pad_id", pad_id, vocab_size)
         special_ids = None if special_ids is None else token_ids("special_ids", special_ids, vocab_size)
         frame_ids = None if frame_ids is None else token_ids("frame_ids", frame_ids, vocab_size)
-        mask_id = mask_id if mask_id is not None else ids.get("mask_id")
-        if mask_id is None:
+        if mask_id is not None:
+            mask_id = token_id("mask_id", mask_id, vocab_size)
+        elif ids.get("mask_id") is not None:
+            mask_id = token_id("the tokenizer's mask_token_id", ids["mask_id"], vocab_size)
+        else:
             raise ValueError("mask_id: the model/tokenizer defines no mask token, so masked conditionals are "
                              "undefined; pass tokenizer= or mask_id=")
-        mask_id = token_id("mask_id" if given else "the tokenizer's mask_token_id", mask_id, vocab_size)
         special_ids = special_ids if special_ids is not None else ids.get("special_ids", ())
         frame_ids = frame_ids if frame_ids is not None else ids.get("frame_ids", ())
         pad_id = pad_id if pad_id is not None else ids.get("pad_id", getattr(model.config, "pad_token_id", None))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -95,9 +96,8 @@ def held_by(folder: Path) -> Held | None:
 
 def _is_written(name: str) -> bool:
     """Whether an entry of an output folder is one a command writes (:data:`WRITTEN`, its lock, a temporary)."""
-    if name == ".lock" or name in WRITTEN:
-        return True
-    return name.startswith(".") and name.endswith(".tmp") and name[1:].split(".tmp")[0].rsplit(".", 1)[0] in WRITTEN
+    temporary = re.fullmatch(r"\.(.+)\.\w+\.tmp", name)  # atomic_write's ".NAME.RANDOM.tmp"
+    return name == ".lock" or name in WRITTEN or (temporary is not None and temporary.group(1) in WRITTEN)
 
 
 def strays(folder: Path) -> tuple[list[str], list[str]]:
