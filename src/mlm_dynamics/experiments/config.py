@@ -626,14 +626,15 @@ def _merge(merged: DictConfig, other: Any, where: str) -> DictConfig:
     ``where`` too (an empty key has no name of its own)."""
     try:
         return OmegaConf.merge(merged, other)  # type: ignore[return-value]
-    except (TypeError, OmegaConfBaseException) as error:
-        mismatch = isinstance(error, (TypeError, ValidationError))
-        key, wanted = _container_mismatch(merged, other) if mismatch else ("", "")
+    except (TypeError, ValidationError) as error:
+        key, wanted = _container_mismatch(merged, other)
         if key:
             raise ConfigError(f"{where}: {key} must be a {wanted}") from None
-        if isinstance(error, OmegaConfBaseException):
-            raise ConfigError(f"{where}: {_describe(error)}") from None
-        raise
+        if isinstance(error, TypeError):
+            raise
+        raise ConfigError(f"{where}: {_describe(error)}") from None
+    except OmegaConfBaseException as error:
+        raise ConfigError(f"{where}: {_describe(error)}") from None
 
 
 def _container_mismatch(target: Any, other: Any, prefix: str = "") -> tuple[str, str]:
@@ -710,8 +711,8 @@ def _read_yaml(path: Path) -> Any:
         raise ConfigError(f"--config: {path} is not UTF-8 text (a YAML file was expected)") from None
     if not text.strip() or all(line.lstrip().startswith("#") for line in text.splitlines() if line.strip()):
         raise ConfigError(f"--config: {path} is empty; give at least one key, or leave --config out for the defaults")
-    try:  # a lone scalar (`false`, `3`, a word) is no mapping: OmegaConf would fail on an assertion or take a word
-        scalar = not isinstance(yaml.safe_load(text), (dict, list))  # for a key
+    try:  # a lone scalar (`false`, `3`, a word): OmegaConf fails on an assertion, or takes the word for a key
+        scalar = not isinstance(yaml.safe_load(text), (dict, list))
     except yaml.YAMLError:
         scalar = False  # the syntax error is reported below, as OmegaConf reads it
     if scalar:
