@@ -88,7 +88,8 @@ def test_refusals_name_the_folder(two_sweeps, tmp_path, capsys):
 
 MINIMAL_RUN = {"config": {"temperatures": [1.0]}, "chains": {"num_chains": 2, "num_steps": 10},
                "mixing": {"by_temperature": [{"temperature": 1.0, "censored_fraction": 0.5, "num_pairs": 2,
-                                              "meeting_time_median": None, "meeting_time_median_lower_bound": 10}]},
+                                              "budget": 20, "meeting_time_median": None,
+                                              "meeting_time_median_lower_bound": 10}]},
                "claims": {"claims": [{"name": "incompatible", "statement": "s", "verdict": "holds"}]}}
 
 
