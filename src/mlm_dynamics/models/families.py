@@ -152,8 +152,9 @@ def tokenizer_mask(tokenizer: Any) -> tuple[str, int] | None:
 
 def family_mask_id(family: Family, model: Any, tokenizer: Any = None) -> int:
     """The id ``family`` writes into masked positions, from the model's config (or the tokenizer, or the published
-    default); a ValueError naming ``mask_id`` when none is known or when the config and the tokenizer
-    (:func:`tokenizer_mask`) name different mask ids: pass ``mask_id=`` where you know the right one."""
+    default), checked as an id of its vocabulary; a ValueError naming ``mask_id`` when none is known or when the
+    config and the tokenizer (:func:`tokenizer_mask`) name different mask ids: pass ``mask_id=`` where you know the
+    right one."""
     config = getattr(model, "config", None)
     if family.mask_id == "last":
         return vocabulary_size(model) - 1
@@ -166,7 +167,7 @@ def family_mask_id(family: Family, model: Any, tokenizer: Any = None) -> int:
                          "trained with")
     for value in (declared, told, family.default_mask_id):
         if value is not None:
-            return token_id(f"the {family.name} model's mask id", value)
+            return token_id(f"the {family.name} model's mask id", value, vocabulary_size(model))
     raise ValueError(f"mask_id: the {family.name} model defines no mask token; pass mask_id=")
 
 
@@ -309,8 +310,7 @@ def denoiser_for(model: Any, tokenizer: Any = None, *, family: str | None = None
                          f"masked conditionals; only the {chosen.graph!r} graph does")
     size = vocabulary_size(model)
     config = getattr(model, "config", None)
-    mask = token_id("mask_id", mask_id, size) if mask_id is not None else token_id(
-        f"the {chosen.name} model's mask id", family_mask_id(chosen, model, tokenizer), size)
+    mask = token_id("mask_id", mask_id, size) if mask_id is not None else family_mask_id(chosen, model, tokenizer)
     check_mask_collisions(mask, {f"{source}'s {name}": getattr(owner, name, None)
                                  for source, owner in (("config", config), ("tokenizer", tokenizer))
                                  for name in ("pad_token_id", "eos_token_id")})
