@@ -169,7 +169,7 @@ def test_a_model_whose_rows_depend_on_each_other_is_refused_at_the_cost_of_one_r
     assert independent.forward_rows == sum(a.forward_rows - 1 for a in alone) + 1
 
 
-def _shift(tokens, logits, amount):
+def _shift(logits, amount):
     """``logits [B, K, V]`` shifted per row by ``amount [B]`` times the value index (a row-specific tilt)."""
     return logits + amount.double()[:, None, None] * torch.arange(logits.shape[-1], dtype=logits.dtype)
 
@@ -180,7 +180,7 @@ class _LaterRowsCoupled(PairwiseMRFDenoiser):
     def _masked_logits(self, tokens, positions):
         amount = tokens.double().mean().expand(tokens.shape[0]).clone()
         amount[0] = 0
-        return _shift(tokens, super()._masked_logits(tokens, positions), amount)
+        return _shift(super()._masked_logits(tokens, positions), amount)
 
 
 class _CoupledFromThree(PairwiseMRFDenoiser):
@@ -188,14 +188,14 @@ class _CoupledFromThree(PairwiseMRFDenoiser):
 
     def _masked_logits(self, tokens, positions):
         amount = tokens.double().mean().expand(tokens.shape[0]) * (tokens.shape[0] >= 3)
-        return _shift(tokens, super()._masked_logits(tokens, positions), amount)
+        return _shift(super()._masked_logits(tokens, positions), amount)
 
 
 class _ByIndex(PairwiseMRFDenoiser):
     """Logits that depend on the row's index in the batch."""
 
     def _masked_logits(self, tokens, positions):
-        return _shift(tokens, super()._masked_logits(tokens, positions), 0.5 * torch.arange(tokens.shape[0]))
+        return _shift(super()._masked_logits(tokens, positions), 0.5 * torch.arange(tokens.shape[0]))
 
 
 class _Noisy(PairwiseMRFDenoiser):
